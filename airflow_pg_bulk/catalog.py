@@ -1,0 +1,166 @@
+"""Capture the target's definition from the catalog, and refuse what a load cannot carry over."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.plan import (
+    Column,
+    ConstraintDef,
+    Grant,
+    IndexDef,
+    OwnedSequence,
+    ReferencingKey,
+    TargetDefinition,
+    TriggerDef,
+)
+
+
+def split_name(name: str) -> tuple[str, str]:
+    """``"schema.table"`` → (schema, table); a bare name means ``public``.
+
+    Quote a part that contains a dot with double quotes, as in SQL: ``'"my.schema"."t"'``.
+    """
+    parts: list[str] = []
+    current, quoted, i = "", False, 0
+    while i < len(name):
+        ch = name[i]
+        if ch == '"':
+            if quoted and name[i + 1 : i + 2] == '"':
+                current += '"'
+                i += 1
+            else:
+                quoted = not quoted
+        elif ch == "." and not quoted:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+        i += 1
+    parts.append(current)
+    if quoted or len(parts) > 2 or not all(parts):
+        raise ValueError(f"table must be 'schema.table' or 'table', not {name!r}")
+    return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
+
+
+def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
+    """Read the target's definition in the current transaction (search_path pinned)."""
+    execute(conn, sql.pin_search_path())
+    rows = execute(conn, sql.find_table(schema, table))
+    if not rows:
+        raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
+    oid, relkind, persistence, owner, reloptions, is_partition, rls, comment, inherits = rows[0]
+    if relkind != "r":
+        kinds = {
+            "p": "a partitioned table",
+            "v": "a view",
+            "m": "a materialized view",
+            "f": "a foreign table",
+        }
+        raise LoadRefusedError(
+            f"target {schema}.{table} is {kinds.get(relkind, 'not a plain table')}; "
+            "only plain tables are supported as targets"
+        )
+    columns = []
+    column_comments = {}
+    for name, type_, not_null, generated, identity, col_comment in execute(
+        conn, sql.table_columns(oid)
+    ):
+        columns.append(Column(name, type_, not_null, generated, identity))
+        if col_comment is not None:
+            column_comments[name] = col_comment
+    indexes = []
+    for name, unique, definition, prefix, con_name, con_kind, idx_comment in execute(
+        conn, sql.table_indexes(oid)
+    ):
+        if con_kind == "x":
+            continue  # an exclusion constraint builds its own index
+        if not definition.startswith(prefix):
+            raise LoadRefusedError(
+                f"cannot read the definition of index {name} on {schema}.{table}: {definition}"
+            )
+        indexes.append(IndexDef(name, unique, definition[len(prefix) :], con_name, idx_comment))
+    constraints = []
+    for (
+        name,
+        kind,
+        definition,
+        validated,
+        index,
+        con_comment,
+        self_ref,
+        deferrable,
+        deferred,
+    ) in execute(conn, sql.table_constraints(oid)):
+        if self_ref:
+            raise LoadRefusedError(
+                f"{schema}.{table} has a foreign key to itself ({name}); not supported yet"
+            )
+        constraints.append(
+            ConstraintDef(
+                name, kind, definition, validated, index, con_comment, deferrable, deferred
+            )
+        )
+    triggers = tuple(
+        TriggerDef(name, definition, enabled)
+        for name, definition, enabled in execute(conn, sql.table_triggers(oid))
+    )
+    grants = tuple(
+        Grant(grantee, privilege, grantable, column)
+        for grantee, privilege, grantable, column in execute(conn, sql.table_grants(oid))
+    )
+    referencing = tuple(ReferencingKey(*row) for row in execute(conn, sql.referencing_keys(oid)))
+    sequences = tuple(OwnedSequence(*row) for row in execute(conn, sql.owned_sequences(oid)))
+    views = []
+    problems = []
+    for view_schema, view_name, view_kind, _body, _options in execute(
+        conn, sql.dependent_views(oid)
+    ):
+        if view_kind == "v":
+            views.append(f"{view_schema}.{view_name}")
+        else:
+            problems.append(
+                f"materialized view {view_schema}.{view_name} reads it (a replace "
+                "would have to drop it; refresh it after an append instead)"
+            )
+    blockers = [row[0] for row in execute(conn, sql.unsupported_dependents(oid))]
+    if is_partition:
+        problems.append("it is a partition of a partitioned table")
+    if inherits:
+        problems.append("it takes part in table inheritance")
+    if rls:
+        problems.append("it has row-level security enabled")
+    problems.extend(f"{b} depends on it" for b in blockers)
+    return TargetDefinition(
+        schema=schema,
+        table=table,
+        oid=oid,
+        owner=owner,
+        persistence=persistence,
+        columns=tuple(columns),
+        indexes=tuple(indexes),
+        constraints=tuple(constraints),
+        triggers=triggers,
+        grants=grants,
+        referencing_keys=referencing,
+        dependent_views=tuple(views),
+        sequences=sequences,
+        reloptions=tuple(reloptions),
+        comment=comment,
+        column_comments=column_comments,
+        unsupported=tuple(problems),
+    )
+
+
+def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
+    """Raise :class:`LoadRefusedError` when ``mode`` cannot keep the target intact."""
+    if mode == "replace" and target.unsupported:
+        raise LoadRefusedError(
+            f"replace of {target.qualified} refused before anything changed: "
+            + "; ".join(target.unsupported)
+            + ". A replace swaps in a new table and cannot carry these over; "
+            "use mode='append' or remove them first"
+        )

@@ -1,0 +1,1 @@
+"""The demo: a throwaway PostgreSQL, the smart-meter workload, and a run under Airflow."""

@@ -1,0 +1,176 @@
+"""The one place that knows psycopg 3 from psycopg2.
+
+Statements are composed with ``psycopg.sql`` (see :mod:`airflow_pg_bulk.sql`). For a psycopg 3
+connection they run as they are; for a psycopg2 connection they are rebuilt, piece by piece,
+with ``psycopg2.sql`` so that psycopg2 quotes them itself. COPY differs too: ``cursor.copy()``
+against ``copy_expert`` with a file-like reader.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from psycopg import sql as pg3sql
+
+COPY_BUFFER = 1 << 20  # bytes handed to the driver per write; see docs/tuning.md
+
+
+class DatabaseConnection(Protocol):
+    """What the steps need of a DB-API connection (both drivers provide it)."""
+
+    def cursor(self) -> Any: ...
+    def commit(self) -> None: ...
+    def rollback(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class ServerError:
+    """The parts of a server error that the load reports, driver-independent."""
+
+    sqlstate: str | None
+    message: str
+    detail: str | None
+    context: str | None
+    constraint: str | None
+
+
+def is_psycopg2(conn: Any) -> bool:
+    """True for a psycopg2 connection, False for psycopg 3."""
+    return type(conn).__module__.split(".")[0] == "psycopg2"
+
+
+def driver_name(conn: Any) -> str:
+    """``"psycopg2"`` or ``"psycopg"``."""
+    return "psycopg2" if is_psycopg2(conn) else "psycopg"
+
+
+def _to_psycopg2(obj: pg3sql.Composable) -> Any:
+    from psycopg2 import sql as pg2sql
+
+    if isinstance(obj, pg3sql.Composed):
+        return pg2sql.Composed([_to_psycopg2(part) for part in obj._obj])
+    if isinstance(obj, pg3sql.SQL):
+        return pg2sql.SQL(obj._obj)
+    if isinstance(obj, pg3sql.Identifier):
+        return pg2sql.Identifier(*obj._obj)
+    if isinstance(obj, pg3sql.Literal):
+        return pg2sql.Literal(obj._obj)
+    raise TypeError(f"cannot translate {type(obj).__name__} to psycopg2")
+
+
+def native(conn: Any, statement: pg3sql.Composable) -> Any:
+    """The statement as the connection's own driver composes it."""
+    return _to_psycopg2(statement) if is_psycopg2(conn) else statement
+
+
+def plain_cursor(conn: Any) -> Any:
+    """A cursor returning tuples, whatever cursor the connection's extras asked for."""
+    if is_psycopg2(conn):
+        import psycopg2.extensions
+
+        return conn.cursor(cursor_factory=psycopg2.extensions.cursor)
+    from psycopg.rows import tuple_row
+
+    return conn.cursor(row_factory=tuple_row)
+
+
+def execute(conn: Any, statement: pg3sql.Composable) -> list[tuple[Any, ...]]:
+    """Run one statement in the current transaction; return its rows (empty if none)."""
+    with plain_cursor(conn) as cur:
+        cur.execute(native(conn, statement))
+        if cur.description is None:
+            return []
+        return [tuple(row) for row in cur.fetchall()]
+
+
+def scalar(conn: Any, statement: pg3sql.Composable) -> Any:
+    """The first column of the first row, or None."""
+    rows = execute(conn, statement)
+    return rows[0][0] if rows else None
+
+
+class _ChunkReader:
+    """A file-like ``read(size)`` over an iterator of byte chunks (for psycopg2)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks: Iterator[bytes] = iter(chunks)
+        self._pending = b""
+        self.error: BaseException | None = None
+
+    def read(self, size: int = -1) -> bytes:
+        try:
+            return self._read(size)
+        except BaseException as exc:  # psycopg2 would only keep its text
+            self.error = exc
+            raise
+
+    def _read(self, size: int) -> bytes:
+        while not self._pending:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return b""
+            self._pending = chunk
+        if size < 0 or size >= len(self._pending):
+            out, self._pending = self._pending, b""
+        else:
+            out, self._pending = self._pending[:size], self._pending[size:]
+        return out
+
+    def readline(self, size: int = -1) -> bytes:  # psycopg2 may probe for it
+        return self.read(size)
+
+
+def copy_in(conn: Any, statement: pg3sql.Composable, chunks: Iterable[bytes]) -> int:
+    """Stream ``chunks`` into ``COPY ... FROM STDIN``; return the number of rows loaded.
+
+    A Python exception raised by ``chunks`` aborts the COPY on the server with that message."""
+    with plain_cursor(conn) as cur:
+        if is_psycopg2(conn):
+            reader = _ChunkReader(chunks)
+            try:
+                cur.copy_expert(native(conn, statement), reader, size=COPY_BUFFER)
+            except Exception:
+                if reader.error is not None:
+                    raise reader.error from None
+                raise
+        else:
+            with cur.copy(statement) as copy:
+                for chunk in chunks:
+                    copy.write(chunk)
+        return int(cur.rowcount)
+
+
+def is_database_error(exc: BaseException) -> bool:
+    """True for an error raised by either driver."""
+    module = type(exc).__module__.split(".")[0]
+    return module in {"psycopg", "psycopg2"} and hasattr(exc, "diag")
+
+
+def server_error(exc: BaseException) -> ServerError:
+    """The sqlstate, message and context of a driver error."""
+    diag = getattr(exc, "diag", None)
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    message = (getattr(diag, "message_primary", None) or str(exc)).strip()
+    return ServerError(
+        sqlstate=sqlstate,
+        message=message,
+        detail=getattr(diag, "message_detail", None),
+        context=getattr(diag, "context", None),
+        constraint=getattr(diag, "constraint_name", None),
+    )
+
+
+def connect(dsn: str, driver: str = "psycopg", *, application_name: str = "airflow-pg-bulk") -> Any:
+    """Open a connection with the chosen driver (``psycopg`` or ``psycopg2``)."""
+    if driver == "psycopg2":
+        import psycopg2
+
+        return psycopg2.connect(dsn, application_name=application_name)
+    if driver == "psycopg":
+        import psycopg
+
+        return psycopg.connect(dsn, application_name=application_name)
+    raise ValueError(f"driver must be 'psycopg' or 'psycopg2', not {driver!r}")

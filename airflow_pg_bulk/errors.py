@@ -1,0 +1,73 @@
+"""The load's errors: what went wrong, where, and whether a retry can help.
+
+``BadDataError`` and ``LoadRefusedError`` are terminal (a retry gives the same answer; the
+Airflow operators turn them into ``AirflowFailException``). ``TransientLoadError`` (a lock
+timeout, a dropped connection) is worth retrying. All of them say which table and, for data,
+which file, line and column.
+"""
+
+from __future__ import annotations
+
+
+class PgBulkError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class LoadRefusedError(PgBulkError):
+    """The load cannot be done safely as asked; nothing was changed. Retrying will not help."""
+
+
+class BadDataError(PgBulkError):
+    """A row of the source was rejected by PostgreSQL; the target is untouched.
+
+    :param message: the full explanation, with file, line and column.
+    :param path: the source file.
+    :param line: the 1-based physical line number of the bad record in that file.
+    :param column: the column, when the server named one.
+    :param value: the offending value (truncated), when the server quoted one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | None = None,
+        line: int | None = None,
+        column: str | None = None,
+        value: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.line = line
+        self.column = column
+        self.value = value
+
+
+class ConstraintViolationError(PgBulkError):
+    """The loaded rows break a constraint of the target (found in finalize); target untouched."""
+
+
+class IncompleteLoadError(PgBulkError):
+    """Finalize found partitions missing from the ledger or lost from staging."""
+
+
+class TransientLoadError(PgBulkError):
+    """A failure that a retry may not meet again (lock timeout, connection lost)."""
+
+
+TRANSIENT_SQLSTATES = frozenset(
+    {
+        "55P03",  # lock_not_available (lock_timeout)
+        "40001",  # serialization_failure
+        "40P01",  # deadlock_detected
+        "57P01",  # admin_shutdown
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now
+        "53300",  # too_many_connections
+    }
+)
+
+
+def is_data_sqlstate(sqlstate: str | None) -> bool:
+    """Data exceptions (22xxx) and integrity violations (23xxx) come from the rows themselves."""
+    return bool(sqlstate) and sqlstate[:2] in {"22", "23"}

@@ -1,0 +1,54 @@
+"""``PgBulkHook``: the postgres provider's hook, plus the four steps of a bulk load."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
+from typing import Any
+
+from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+from airflow_pg_bulk import steps
+from airflow_pg_bulk.figures import LoadSummary, PartitionResult
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+
+
+class PgBulkHook(PostgresHook):
+    """A :class:`PostgresHook` that runs the steps of a bulk load.
+
+    It uses the ordinary ``postgres`` connection type (``postgres_conn_id``), so connections,
+    extras and secrets backends work as for any Postgres task. Each step opens its own
+    connection (psycopg 3 under Airflow 3.3, psycopg2 where the provider hands those out) and
+    closes it when done.
+
+    :param postgres_conn_id: the Airflow connection id of the target database.
+    """
+
+    hook_name = "Postgres (bulk load)"
+
+    @contextmanager
+    def _connection(self) -> Iterator[Any]:
+        with closing(self.get_conn()) as conn:
+            yield conn
+
+    def prepare(self, request: LoadRequest, load_id: str) -> LoadPlan:
+        """Validate, capture the target's definition, create staging; return the plan."""
+        with self._connection() as conn:
+            return steps.prepare(conn, request, load_id)
+
+    def copy_partition(
+        self, plan: LoadPlan, index: int, progress: Callable[[int, int], None] | None = None
+    ) -> PartitionResult:
+        """COPY one partition into staging, exactly once."""
+        with self._connection() as conn:
+            return steps.copy_partition(conn, plan, index, progress)
+
+    def finalize(self, plan: LoadPlan) -> LoadSummary:
+        """Build indexes and constraints and swap (replace) or insert (append) atomically."""
+        with self._connection() as conn:
+            return steps.finalize(conn, plan)
+
+    def cleanup(self, schema: str, load_id: str) -> list[str]:
+        """Drop the run's staging and ledger tables; returns their names."""
+        with self._connection() as conn:
+            return steps.cleanup(conn, schema, load_id)

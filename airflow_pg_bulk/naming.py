@@ -1,0 +1,67 @@
+"""Names of the objects a load creates, derived from its load id alone.
+
+Cleanup can therefore find everything a run created even when prepare failed before it could
+return a plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+
+PREFIX = "_pgbulk_"
+_LOAD_ID = re.compile(r"^[0-9a-f]{12}$")
+
+
+def new_load_id() -> str:
+    """A fresh random load id (12 hex characters)."""
+    return uuid.uuid4().hex[:12]
+
+
+def load_id_for(*parts: str) -> str:
+    """A load id that is the same every time for the same parts (DAG id, run id, group id)."""
+    digest = hashlib.sha256("\x1f".join(parts).encode()).hexdigest()
+    return digest[:12]
+
+
+def check_load_id(load_id: str) -> str:
+    """Return ``load_id`` if it is well formed, else raise ValueError."""
+    if not _LOAD_ID.match(load_id):
+        raise ValueError(f"load id must be 12 lowercase hex characters, not {load_id!r}")
+    return load_id
+
+
+def staging_table(load_id: str) -> str:
+    """The staging table that the COPY tasks fill."""
+    return f"{PREFIX}{check_load_id(load_id)}_stage"
+
+
+def ledger_table(load_id: str) -> str:
+    """The ledger: one row per loaded partition, committed with the partition's rows."""
+    return f"{PREFIX}{check_load_id(load_id)}_ledger"
+
+
+def retired_table(load_id: str) -> str:
+    """The name the old target briefly has inside the swap transaction."""
+    return f"{PREFIX}{check_load_id(load_id)}_old"
+
+
+def temp_index(load_id: str, number: int) -> str:
+    """Name of the ``number``-th index built on staging before it takes the original name."""
+    return f"{PREFIX}{check_load_id(load_id)}_i{number}"
+
+
+def temp_constraint(load_id: str, number: int) -> str:
+    """Name of the ``number``-th constraint added to staging before it takes the original name."""
+    return f"{PREFIX}{check_load_id(load_id)}_c{number}"
+
+
+def temp_sequence(load_id: str, number: int) -> str:
+    """Name of an identity sequence of staging before it takes the original name."""
+    return f"{PREFIX}{check_load_id(load_id)}_s{number}"
+
+
+def run_objects_pattern(load_id: str) -> str:
+    """A LIKE pattern matching every table this load created."""
+    return f"\\_pgbulk\\_{check_load_id(load_id)}\\_%"

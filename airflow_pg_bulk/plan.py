@@ -1,0 +1,361 @@
+"""The load plan: plain, frozen data that travels between tasks through XCom.
+
+Every class here converts to and from a dict of JSON types (``to_dict`` / ``from_dict``), so the
+plan can be returned by the prepare task, fed to ``.expand()`` and read back by the copy and
+finalize tasks on any worker. Nothing here talks to a database or reads a file.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+Mode = Literal["replace", "append"]
+MODES: tuple[str, ...] = ("replace", "append")
+FORMATS: tuple[str, ...] = ("csv", "text")
+
+T = TypeVar("T", bound="PlainData")
+
+
+class PlainData:
+    """Mixin: a frozen dataclass that round-trips through a dict of JSON types."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """This object as a dict of JSON types (tuples become lists)."""
+        return _to_plain(self)
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        """Rebuild the object from :meth:`to_dict` output; unknown keys are an error."""
+        hints = typing.get_type_hints(cls)
+        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        unknown = set(data) - names
+        if unknown:
+            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        kwargs = {name: _from_plain(hints[name], value) for name, value in data.items()}
+        return cls(**kwargs)
+
+
+def _to_plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (tuple, list)):
+        return [_to_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _to_plain(v) for k, v in value.items()}
+    return value
+
+
+def _from_plain(hint: Any, value: Any) -> Any:
+    if value is None:
+        return None
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        for arg in typing.get_args(hint):
+            if arg is not type(None):
+                return _from_plain(arg, value)
+    if origin is tuple:
+        (item,) = typing.get_args(hint)[:1]
+        return tuple(_from_plain(item, v) for v in value)
+    if origin is dict:
+        _key_type, val_t = typing.get_args(hint)
+        return {k: _from_plain(val_t, v) for k, v in value.items()}
+    if isinstance(hint, type) and issubclass(hint, PlainData):
+        return hint.from_dict(value)
+    return value
+
+
+@dataclass(frozen=True)
+class CopyOptions(PlainData):
+    """How the source bytes are read by ``COPY ... FROM STDIN``.
+
+    :param format: ``"csv"`` or ``"text"`` (PostgreSQL's text format).
+    :param header: the first line of every file names the columns; they are matched to the
+        target's columns by name, and the header line is not loaded.
+    :param delimiter: field separator; default ``,`` for csv and a tab for text.
+    :param null: the string that stands for NULL; default: an unquoted empty field for csv,
+        ``\\N`` for text.
+    :param quote: csv quote character.
+    :param escape: csv escape character inside quotes; default: the quote character (``""``).
+    :param encoding: the files' encoding, as PostgreSQL names it (``UTF8``, ``LATIN1``, ...).
+    """
+
+    format: str = "csv"
+    header: bool = False
+    delimiter: str | None = None
+    null: str | None = None
+    quote: str = '"'
+    escape: str | None = None
+    encoding: str = "UTF8"
+
+    def __post_init__(self) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"format must be one of {FORMATS}, not {self.format!r}")
+        for name in ("delimiter", "quote", "escape"):
+            value = getattr(self, name)
+            if value is not None and len(value.encode()) != 1:
+                raise ValueError(f"{name} must be a single one-byte character, not {value!r}")
+        if self.format == "text" and (self.quote != '"' or self.escape is not None):
+            raise ValueError("quote and escape apply to format='csv' only")
+
+    @property
+    def effective_delimiter(self) -> str:
+        """The delimiter COPY will use."""
+        return self.delimiter or ("," if self.format == "csv" else "\t")
+
+    @property
+    def effective_escape(self) -> str:
+        """The csv escape character COPY will use."""
+        return self.escape or self.quote
+
+
+@dataclass(frozen=True)
+class Piece(PlainData):
+    """A byte range of one source file, beginning at a record start.
+
+    :param path: the file, readable by every worker (a shared or network path).
+    :param start: first byte (after the header, if the file has one).
+    :param end: one past the last byte; ``None`` reads to the end of the file.
+    :param first_line: the physical line number, in the file, of the byte at ``start``.
+    :param compression: ``"gzip"`` or ``None``; a compressed file is always one whole piece.
+    :param skip_header: the piece's stream starts with a header record to drop (compressed files).
+    """
+
+    path: str
+    start: int = 0
+    end: int | None = None
+    first_line: int = 1
+    compression: str | None = None
+    skip_header: bool = False
+
+    @property
+    def size(self) -> int | None:
+        """Bytes in the range, when known without reading the file."""
+        return None if self.end is None else self.end - self.start
+
+
+@dataclass(frozen=True)
+class Partition(PlainData):
+    """The unit of work of one COPY task: one or more pieces loaded in one transaction."""
+
+    index: int
+    pieces: tuple[Piece, ...]
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Column(PlainData):
+    """A column of the target table as captured by prepare."""
+
+    name: str
+    type: str
+    not_null: bool
+    generated: bool = False
+    identity: str = ""
+
+
+@dataclass(frozen=True)
+class IndexDef(PlainData):
+    """An index of the target, kept as the server rendered it.
+
+    :param tail: what follows ``USING`` in ``pg_get_indexdef``: access method, keys, INCLUDE,
+        WITH, WHERE; it names columns only, never the table, so it applies to staging as is.
+    :param constraint: the name of the PK/unique constraint this index backs, if any.
+    """
+
+    name: str
+    unique: bool
+    tail: str
+    constraint: str | None = None
+    comment: str | None = None
+
+
+@dataclass(frozen=True)
+class ConstraintDef(PlainData):
+    """A constraint of the target: ``definition`` is ``pg_get_constraintdef`` output."""
+
+    name: str
+    kind: str  # p u c f x
+    definition: str
+    validated: bool = True
+    index: str | None = None
+    comment: str | None = None
+    deferrable: bool = False
+    deferred: bool = False
+
+
+@dataclass(frozen=True)
+class TriggerDef(PlainData):
+    """A user trigger of the target: its full ``CREATE TRIGGER`` text and enabled state."""
+
+    name: str
+    definition: str
+    enabled: str = "O"  # O origin, D disabled, R replica, A always
+
+
+@dataclass(frozen=True)
+class Grant(PlainData):
+    """One privilege on the table (or one column of it) held by ``grantee`` (empty: PUBLIC)."""
+
+    grantee: str
+    privilege: str
+    grantable: bool = False
+    column: str | None = None
+
+
+@dataclass(frozen=True)
+class ReferencingKey(PlainData):
+    """A foreign key of another table that references the target."""
+
+    schema: str
+    table: str
+    name: str
+    definition: str
+    validated: bool = True
+
+
+@dataclass(frozen=True)
+class OwnedSequence(PlainData):
+    """A sequence tied to a target column: ``kind`` ``serial`` (OWNED BY) or ``identity``."""
+
+    schema: str
+    name: str
+    column: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class TargetDefinition(PlainData):
+    """Everything about the target that a replace must carry over to the new table."""
+
+    schema: str
+    table: str
+    oid: int
+    owner: str
+    persistence: str  # p permanent, u unlogged
+    columns: tuple[Column, ...]
+    indexes: tuple[IndexDef, ...] = ()
+    constraints: tuple[ConstraintDef, ...] = ()
+    triggers: tuple[TriggerDef, ...] = ()
+    grants: tuple[Grant, ...] = ()
+    referencing_keys: tuple[ReferencingKey, ...] = ()
+    dependent_views: tuple[str, ...] = ()  # "schema.view", for the record; re-read at swap time
+    sequences: tuple[OwnedSequence, ...] = ()
+    reloptions: tuple[str, ...] = ()
+    comment: str | None = None
+    column_comments: dict[str, str] = field(default_factory=dict)
+    unsupported: tuple[str, ...] = ()  # what a replace cannot carry over, in words
+
+    @property
+    def qualified(self) -> str:
+        """``schema.table`` for messages (not for SQL)."""
+        return f"{self.schema}.{self.table}"
+
+    def fingerprint(self) -> dict[str, Any]:
+        """What must not change between prepare and the swap (the oid excluded)."""
+        data = self.to_dict()
+        data.pop("oid")
+        data.pop("dependent_views")
+        return data
+
+
+@dataclass(frozen=True)
+class Settings(PlainData):
+    """Tuning and safety settings of a load; every field has a measured default.
+
+    :param lock_timeout: how long finalize waits for the lock on the target (PostgreSQL interval).
+    :param maintenance_work_mem: for index builds and constraint validation in finalize.
+    :param synchronous_commit: ``off`` in COPY sessions: a server crash can lose a committed
+        partition, which the ledger check in finalize then reports; it never corrupts.
+    :param analyze: run ANALYZE on the loaded data before it becomes visible.
+    """
+
+    lock_timeout: str = "30s"
+    maintenance_work_mem: str = "512MB"
+    synchronous_commit: str = "off"
+    analyze: bool = True
+
+
+@dataclass(frozen=True)
+class LoadPlan(PlainData):
+    """The complete, self-contained description of one load, made by prepare."""
+
+    load_id: str
+    mode: str
+    target: TargetDefinition
+    staging_table: str
+    ledger_table: str
+    staging_logged: bool
+    columns: tuple[str, ...]
+    copy: CopyOptions
+    partitions: tuple[Partition, ...]
+    settings: Settings = Settings()
+    source_bytes: int = 0
+
+    def partition(self, index: int) -> Partition:
+        """The partition with that index."""
+        for part in self.partitions:
+            if part.index == index:
+                return part
+        raise KeyError(f"load {self.load_id} has no partition {index}")
+
+
+DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
+MAX_DEFAULT_PARTITIONS = 16
+
+
+@dataclass(frozen=True)
+class LoadRequest(PlainData):
+    """What the user asked for, before prepare looked at the database and the files.
+
+    :param table: the target, ``schema.table`` or ``table`` (then ``public``); it must exist.
+    :param source: paths or globs of local/mounted files (``.gz`` files are read decompressed).
+    :param copy: how the files are parsed (:class:`CopyOptions`).
+    :param mode: ``replace`` (the target ends up with exactly the loaded rows) or ``append``.
+    :param partitions: how many partitions (parallel COPY tasks); default: one per
+        ``partition_size`` of input, at most 16.
+    :param partition_size: bytes of input per partition when ``partitions`` is not given.
+    :param columns: the target columns the fields fill, in file order, when there is no header;
+        default: every column that is not generated.
+    :param staging_logged: force a logged (True) or unlogged (False) staging table; default:
+        logged for replace, unlogged for append (see docs/tuning.md for the measurements).
+    :param settings: tuning and safety settings (:class:`Settings`).
+    """
+
+    table: str
+    source: tuple[str, ...]
+    copy: CopyOptions = CopyOptions()
+    mode: str = "replace"
+    partitions: int | None = None
+    partition_size: int = DEFAULT_PARTITION_BYTES
+    columns: tuple[str, ...] | None = None
+    staging_logged: bool | None = None
+    settings: Settings = Settings()
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
+        if self.partitions is not None and self.partitions < 1:
+            raise ValueError("partitions must be at least 1")
+        if self.partition_size < 1:
+            raise ValueError("partition_size must be positive")
+        if not self.source:
+            raise ValueError("source must name at least one file or glob")
+        if self.columns is not None and self.copy.header:
+            raise ValueError("give either header=True (columns matched by name) or columns")
+
+    def partition_count(self, total_bytes: int) -> int:
+        """The number of partitions for ``total_bytes`` of input."""
+        if self.partitions is not None:
+            return self.partitions
+        wanted = -(-total_bytes // self.partition_size)
+        return max(1, min(MAX_DEFAULT_PARTITIONS, wanted))
+
+    def staging_is_logged(self) -> bool:
+        """Whether staging is a logged table for this request."""
+        if self.staging_logged is not None:
+            return self.staging_logged
+        return self.mode == "replace"

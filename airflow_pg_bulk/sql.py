@@ -1,0 +1,548 @@
+"""Every SQL statement the load issues, as pure functions returning composed SQL.
+
+Identifiers and values are always composed with ``psycopg.sql`` (``Identifier``, ``Literal``);
+nothing a user or a catalog gives us is ever formatted into SQL text by hand. The one kind of
+text taken verbatim is what the server itself rendered from its catalog (``pg_get_indexdef``,
+``pg_get_constraintdef``, ``pg_get_triggerdef``, ``pg_get_viewdef``), which is re-executed
+under the same ``search_path`` it was rendered with (see :func:`pin_search_path`).
+
+The driver adapter (:mod:`airflow_pg_bulk.driver`) turns these objects into the connection's
+own driver objects, so the same statements serve psycopg 3 and psycopg2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
+
+from airflow_pg_bulk.plan import CopyOptions
+
+__all__ = ["Composable"]
+
+PRIVILEGES = frozenset(
+    {"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER", "MAINTAIN"}
+)
+_TRIGGER_STATES = {"D": "DISABLE", "R": "ENABLE REPLICA", "A": "ENABLE ALWAYS"}
+
+
+def _table(schema: str, name: str) -> Identifier:
+    return Identifier(schema, name)
+
+
+def _columns(names: Sequence[str]) -> Composed:
+    return SQL(", ").join(Identifier(n) for n in names)
+
+
+# --- session ---------------------------------------------------------------------------------
+
+
+def set_config(name: str, value: str, *, local: bool = False) -> Composed:
+    """``set_config(name, value, local)``: a session (or transaction) setting."""
+    return SQL("SELECT set_config({}, {}, {})").format(
+        Literal(name), Literal(value), Literal(local)
+    )
+
+
+def pin_search_path() -> Composed:
+    """Pin ``search_path`` for this transaction so catalog-rendered SQL is fully qualified."""
+    return set_config("search_path", "pg_catalog, pg_temp", local=True)
+
+
+def server_version() -> Composed:
+    """The server's version number (e.g. 150020)."""
+    return SQL("SELECT current_setting('server_version_num')::int").format()
+
+
+def current_user() -> Composed:
+    """The role the session runs as."""
+    return SQL("SELECT current_user").format()
+
+
+def advisory_xact_lock(oid: int) -> Composed:
+    """Serialise finalizes of the same target (one pair of keys per table)."""
+    return SQL("SELECT pg_advisory_xact_lock('pg_class'::regclass::oid::int, {})").format(
+        Literal(oid)
+    )
+
+
+# --- catalog capture -------------------------------------------------------------------------
+
+
+def find_table(schema: str, table: str) -> Composed:
+    """The target's oid, kind, persistence, owner, options and flags."""
+    return SQL(
+        "SELECT c.oid, c.relkind, c.relpersistence, pg_get_userbyid(c.relowner),"
+        " coalesce(c.reloptions, '{{}}'::text[]), c.relispartition, c.relrowsecurity,"
+        " obj_description(c.oid, 'pg_class'),"
+        " EXISTS (SELECT 1 FROM pg_inherits i WHERE i.inhrelid = c.oid OR i.inhparent = c.oid)"
+        " FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = {} AND c.relname = {}"
+    ).format(Literal(schema), Literal(table))
+
+
+def table_columns(oid: int) -> Composed:
+    """Columns in order: name, type, not null, generated, identity kind, comment."""
+    return SQL(
+        "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,"
+        " a.attgenerated <> '', a.attidentity::text, col_description(a.attrelid, a.attnum)"
+        " FROM pg_attribute a WHERE a.attrelid = {} AND a.attnum > 0 AND NOT a.attisdropped"
+        " ORDER BY a.attnum"
+    ).format(Literal(oid))
+
+
+def table_indexes(oid: int) -> Composed:
+    """Indexes: name, unique, full definition, the exact prefix before the access method,
+    the constraint it backs (if any) and its comment."""
+    return SQL(
+        "SELECT ic.relname, i.indisunique, pg_get_indexdef(i.indexrelid),"
+        " 'CREATE ' || CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END || 'INDEX '"
+        "   || quote_ident(ic.relname) || ' ON ' || quote_ident(n.nspname) || '.'"
+        "   || quote_ident(c.relname) || ' USING ',"
+        " con.conname, con.contype::text, obj_description(ic.oid, 'pg_class')"
+        " FROM pg_index i"
+        " JOIN pg_class ic ON ic.oid = i.indexrelid"
+        " JOIN pg_class c ON c.oid = i.indrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid"
+        "   AND con.contype IN ('p', 'u', 'x')"
+        " WHERE i.indrelid = {} ORDER BY ic.relname"
+    ).format(Literal(oid))
+
+
+def table_constraints(oid: int) -> Composed:
+    """PK, unique, check, foreign-key and exclusion constraints with their definitions."""
+    return SQL(
+        "SELECT con.conname, con.contype::text, pg_get_constraintdef(con.oid), con.convalidated,"
+        " ic.relname, obj_description(con.oid, 'pg_constraint'), con.confrelid = con.conrelid,"
+        " con.condeferrable, con.condeferred"
+        " FROM pg_constraint con LEFT JOIN pg_class ic ON ic.oid = con.conindid"
+        " WHERE con.conrelid = {} AND con.contype IN ('p', 'u', 'c', 'f', 'x')"
+        " ORDER BY con.conname"
+    ).format(Literal(oid))
+
+
+def table_triggers(oid: int) -> Composed:
+    """User triggers (not the internal ones of foreign keys): name, definition, enabled state."""
+    return SQL(
+        "SELECT t.tgname, pg_get_triggerdef(t.oid), t.tgenabled::text FROM pg_trigger t"
+        " WHERE t.tgrelid = {} AND NOT t.tgisinternal ORDER BY t.tgname"
+    ).format(Literal(oid))
+
+
+def table_grants(oid: int) -> Composed:
+    """Table and column privileges: grantee (empty for PUBLIC), privilege, grantable, column."""
+    return SQL(
+        "SELECT coalesce(r.rolname, ''), a.privilege_type, a.is_grantable, NULL::name"
+        " FROM pg_class c, aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee"
+        " WHERE c.oid = {0}"
+        " UNION ALL"
+        " SELECT coalesce(r.rolname, ''), a.privilege_type, a.is_grantable, att.attname"
+        " FROM pg_attribute att, aclexplode(att.attacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee"
+        " WHERE att.attrelid = {0} AND att.attnum > 0 AND NOT att.attisdropped"
+        " ORDER BY 4 NULLS FIRST, 1, 2"
+    ).format(Literal(oid))
+
+
+def referencing_keys(oid: int) -> Composed:
+    """Foreign keys of other tables that reference the target."""
+    return SQL(
+        "SELECT n.nspname, c.relname, con.conname, pg_get_constraintdef(con.oid), con.convalidated"
+        " FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE con.contype = 'f' AND con.confrelid = {0} AND con.conrelid <> {0}"
+        " ORDER BY 1, 2, 3"
+    ).format(Literal(oid))
+
+
+def owned_sequences(oid: int) -> Composed:
+    """Sequences tied to the target's columns: serial (auto) or identity (internal)."""
+    return SQL(
+        "SELECT n.nspname, s.relname, a.attname,"
+        " CASE d.deptype WHEN 'i' THEN 'identity' ELSE 'serial' END"
+        " FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'"
+        " JOIN pg_namespace n ON n.oid = s.relnamespace"
+        " JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid"
+        " WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass"
+        " AND d.refobjid = {} AND d.deptype IN ('a', 'i') ORDER BY a.attnum"
+    ).format(Literal(oid))
+
+
+def sequence_state(schema: str, name: str) -> Composed:
+    """A sequence's ``last_value`` and ``is_called``."""
+    return SQL("SELECT last_value, is_called FROM {}").format(_table(schema, name))
+
+
+def dependent_views(oid: int) -> Composed:
+    """Views and materialized views that read the target directly, with their definitions."""
+    return SQL(
+        "SELECT DISTINCT n.nspname, v.relname, v.relkind::text, pg_get_viewdef(v.oid),"
+        " coalesce(v.reloptions, '{{}}'::text[])"
+        " FROM pg_depend d JOIN pg_rewrite r ON r.oid = d.objid"
+        " JOIN pg_class v ON v.oid = r.ev_class JOIN pg_namespace n ON n.oid = v.relnamespace"
+        " WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass"
+        " AND d.refobjid = {0} AND v.oid <> {0} ORDER BY 1, 2"
+    ).format(Literal(oid))
+
+
+def unsupported_dependents(oid: int) -> Composed:
+    """Objects depending on the target that a replace cannot carry over (policies, rules,
+    publications, statistics objects, functions, ...), described in words."""
+    return SQL(
+        "SELECT DISTINCT pg_describe_object(d.classid, d.objid, 0) FROM pg_depend d"
+        " WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = {0}"
+        " AND d.deptype IN ('n', 'a')"
+        " AND d.classid NOT IN ('pg_constraint'::regclass, 'pg_trigger'::regclass,"
+        "   'pg_attrdef'::regclass, 'pg_type'::regclass)"
+        " AND NOT (d.classid = 'pg_class'::regclass"
+        "   AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('i', 'S', 't'))"
+        " AND NOT (d.classid = 'pg_rewrite'::regclass AND EXISTS ("
+        "   SELECT 1 FROM pg_rewrite r JOIN pg_class v ON v.oid = r.ev_class"
+        "   WHERE r.oid = d.objid AND r.rulename = '_RETURN' AND v.relkind = 'v' AND v.oid <> {0}))"
+        " ORDER BY 1"
+    ).format(Literal(oid))
+
+
+def staging_state(schema: str, staging: str) -> Composed:
+    """What finalize already built on staging (so a retried finalize goes on where it stopped):
+    rows of ('persistence', p/u, NULL), ('index', name, valid), ('constraint', name, validated)."""
+    return SQL(
+        "WITH s AS (SELECT c.oid, c.relpersistence FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {} AND c.relname = {})"
+        " SELECT 'persistence', s.relpersistence::text, NULL::bool FROM s"
+        " UNION ALL SELECT 'index', ic.relname::text, i.indisvalid FROM s"
+        " JOIN pg_index i ON i.indrelid = s.oid JOIN pg_class ic ON ic.oid = i.indexrelid"
+        " UNION ALL SELECT 'constraint', con.conname::text, con.convalidated FROM s"
+        " JOIN pg_constraint con ON con.conrelid = s.oid AND con.contype <> 'n'"
+    ).format(Literal(schema), Literal(staging))
+
+
+def run_tables(schema: str, pattern: str) -> Composed:
+    """Tables in ``schema`` whose names match a LIKE pattern (a run's leftovers)."""
+    return SQL(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = {} AND c.relname LIKE {} AND c.relkind IN ('r', 'p')"
+        " ORDER BY c.relname"
+    ).format(Literal(schema), Literal(pattern))
+
+
+# --- staging and ledger ----------------------------------------------------------------------
+
+
+def create_staging_like(
+    schema: str, staging: str, table: str, *, logged: bool, server_version: int
+) -> Composed:
+    """A table with the target's columns, defaults, identity and generated columns, NOT NULL,
+    storage and compression, and no indexes, constraints or triggers; autovacuum off."""
+    include = ["DEFAULTS", "IDENTITY", "GENERATED", "STORAGE"]
+    if server_version >= 140000:
+        include.append("COMPRESSION")
+    including = SQL(" ").join(SQL("INCLUDING " + word) for word in include)
+    return SQL("CREATE {}TABLE {} (LIKE {} {}) WITH (autovacuum_enabled = false)").format(
+        SQL("" if logged else "UNLOGGED "),
+        _table(schema, staging),
+        _table(schema, table),
+        including,
+    )
+
+
+def create_staging_columns(
+    schema: str, staging: str, table: str, columns: Sequence[str], *, logged: bool
+) -> Composed:
+    """A bare table with just the loaded columns' types (no NOT NULL, no defaults): the target
+    itself checks every row when they are inserted from it."""
+    return SQL(
+        "CREATE {}TABLE {} WITH (autovacuum_enabled = false) AS SELECT {} FROM {} WITH NO DATA"
+    ).format(
+        SQL("" if logged else "UNLOGGED "),
+        _table(schema, staging),
+        _columns(columns),
+        _table(schema, table),
+    )
+
+
+def create_ledger(schema: str, ledger: str) -> Composed:
+    """The ledger: a partition's row is committed in the same transaction as its data."""
+    return SQL(
+        "CREATE TABLE {} (partition integer PRIMARY KEY, rows bigint NOT NULL DEFAULT 0,"
+        " bytes bigint NOT NULL DEFAULT 0, seconds double precision NOT NULL DEFAULT 0,"
+        " loaded_at timestamptz NOT NULL DEFAULT now())"
+    ).format(_table(schema, ledger))
+
+
+def drop_table(schema: str, name: str, *, if_exists: bool = False) -> Composed:
+    """``DROP TABLE`` without CASCADE: anything unexpected depending on it stops the drop."""
+    return SQL("DROP TABLE {}{}").format(
+        SQL("IF EXISTS " if if_exists else ""), _table(schema, name)
+    )
+
+
+def claim_partition(schema: str, ledger: str, partition: int) -> Composed:
+    """Insert the partition's ledger row; returns nothing if it was committed before."""
+    return SQL(
+        "INSERT INTO {} (partition) VALUES ({}) ON CONFLICT (partition) DO NOTHING"
+        " RETURNING partition"
+    ).format(_table(schema, ledger), Literal(partition))
+
+
+def record_partition(
+    schema: str, ledger: str, partition: int, rows: int, nbytes: int, seconds: float
+) -> Composed:
+    """Fill in the partition's figures (same transaction as its rows)."""
+    return SQL("UPDATE {} SET rows = {}, bytes = {}, seconds = {} WHERE partition = {}").format(
+        _table(schema, ledger), Literal(rows), Literal(nbytes), Literal(seconds), Literal(partition)
+    )
+
+
+def partition_figures(schema: str, ledger: str, partition: int) -> Composed:
+    """The committed figures of one partition."""
+    return SQL("SELECT rows, bytes, seconds FROM {} WHERE partition = {}").format(
+        _table(schema, ledger), Literal(partition)
+    )
+
+
+def ledger_rows(schema: str, ledger: str) -> Composed:
+    """Every committed partition with its figures."""
+    return SQL("SELECT partition, rows, bytes, seconds FROM {} ORDER BY partition").format(
+        _table(schema, ledger)
+    )
+
+
+def relation_size(schema: str, name: str) -> Composed:
+    """Size of a table's main fork in bytes (0 after a crash emptied an unlogged table)."""
+    return SQL("SELECT pg_relation_size({}::regclass)").format(
+        Literal(Identifier(schema, name).as_string())
+    )
+
+
+def copy_from_stdin(
+    schema: str, staging: str, columns: Sequence[str], opts: CopyOptions
+) -> Composed:
+    """``COPY staging (columns) FROM STDIN WITH (...)``: never a server-side file."""
+    options: list[Composable] = [
+        SQL("FORMAT {}").format(SQL(opts.format)),
+        SQL("DELIMITER {}").format(Literal(opts.effective_delimiter)),
+        SQL("ENCODING {}").format(Literal(opts.encoding)),
+    ]
+    if opts.null is not None:
+        options.append(SQL("NULL {}").format(Literal(opts.null)))
+    if opts.format == "csv":
+        options.append(SQL("QUOTE {}").format(Literal(opts.quote)))
+        options.append(SQL("ESCAPE {}").format(Literal(opts.effective_escape)))
+    return SQL("COPY {} ({}) FROM STDIN WITH ({})").format(
+        _table(schema, staging), _columns(columns), SQL(", ").join(options)
+    )
+
+
+# --- finalize --------------------------------------------------------------------------------
+
+
+def set_logged(schema: str, name: str) -> Composed:
+    """Make an unlogged staging table logged (re-writes it into WAL)."""
+    return SQL("ALTER TABLE {} SET LOGGED").format(_table(schema, name))
+
+
+def create_index(schema: str, table: str, name: str, *, unique: bool, tail: str) -> Composed:
+    """Build a captured index on staging: ``tail`` is the server's text after ``USING``."""
+    return SQL("CREATE {}INDEX {} ON {} USING {}").format(
+        SQL("UNIQUE " if unique else ""), Identifier(name), _table(schema, table), SQL(tail)
+    )
+
+
+def drop_index(schema: str, name: str) -> Composed:
+    """Drop an index (an invalid leftover of an interrupted build)."""
+    return SQL("DROP INDEX {}").format(_table(schema, name))
+
+
+def add_key_using_index(
+    schema: str, table: str, name: str, *, kind: str, index: str, deferrable: bool, deferred: bool
+) -> Composed:
+    """Turn a built unique index into the PRIMARY KEY or UNIQUE constraint (no re-scan)."""
+    keyword = {"p": "PRIMARY KEY", "u": "UNIQUE"}[kind]
+    timing = ""
+    if deferrable:
+        timing = " DEFERRABLE INITIALLY DEFERRED" if deferred else " DEFERRABLE"
+    return SQL("ALTER TABLE {} ADD CONSTRAINT {} {} USING INDEX {}{}").format(
+        _table(schema, table), Identifier(name), SQL(keyword), Identifier(index), SQL(timing)
+    )
+
+
+def add_constraint(
+    schema: str, table: str, name: str, definition: str, *, not_valid: bool = False
+) -> Composed:
+    """Add a captured constraint definition, optionally ``NOT VALID`` (checked later)."""
+    return SQL("ALTER TABLE {} ADD CONSTRAINT {} {}{}").format(
+        _table(schema, table),
+        Identifier(name),
+        SQL(definition),
+        SQL(" NOT VALID" if not_valid else ""),
+    )
+
+
+def validate_constraint(schema: str, table: str, name: str) -> Composed:
+    """Check existing rows against a NOT VALID constraint (no exclusive lock)."""
+    return SQL("ALTER TABLE {} VALIDATE CONSTRAINT {}").format(
+        _table(schema, table), Identifier(name)
+    )
+
+
+def drop_constraint(schema: str, table: str, name: str) -> Composed:
+    """Drop a constraint (a referencing foreign key, re-added to the new table)."""
+    return SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(_table(schema, table), Identifier(name))
+
+
+def analyze(schema: str, table: str) -> Composed:
+    """Planner statistics for the loaded table."""
+    return SQL("ANALYZE {}").format(_table(schema, table))
+
+
+def lock_exclusive(schema: str, table: str) -> Composed:
+    """The swap's lock; waits at most ``lock_timeout``."""
+    return SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(_table(schema, table))
+
+
+def rename_table(schema: str, old: str, new: str) -> Composed:
+    """Rename a table within its schema."""
+    return SQL("ALTER TABLE {} RENAME TO {}").format(_table(schema, old), Identifier(new))
+
+
+def rename_constraint(schema: str, table: str, old: str, new: str) -> Composed:
+    """Rename a constraint (and the index behind a key)."""
+    return SQL("ALTER TABLE {} RENAME CONSTRAINT {} TO {}").format(
+        _table(schema, table), Identifier(old), Identifier(new)
+    )
+
+
+def rename_index(schema: str, old: str, new: str) -> Composed:
+    """Rename an index within its schema."""
+    return SQL("ALTER INDEX {} RENAME TO {}").format(_table(schema, old), Identifier(new))
+
+
+def rename_sequence(schema: str, old: str, new: str) -> Composed:
+    """Rename a sequence within its schema."""
+    return SQL("ALTER SEQUENCE {} RENAME TO {}").format(_table(schema, old), Identifier(new))
+
+
+def sequence_owned_by(schema: str, sequence: str, table: str, column: str) -> Composed:
+    """Move a serial column's sequence to the new table, so dropping the old one keeps it."""
+    return SQL("ALTER SEQUENCE {} OWNED BY {}").format(
+        _table(schema, sequence), Identifier(schema, table, column)
+    )
+
+
+def identity_sequence(schema: str, table: str, column: str) -> Composed:
+    """The identity sequence of a column as (schema, name)."""
+    return SQL(
+        "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE c.oid = pg_get_serial_sequence({}, {})::regclass"
+    ).format(Literal(Identifier(schema, table).as_string()), Literal(column))
+
+
+def set_sequence(schema: str, name: str, value: int, is_called: bool) -> Composed:
+    """Carry a sequence's position over to its replacement."""
+    return SQL("SELECT setval({}::regclass, {}, {})").format(
+        Literal(Identifier(schema, name).as_string()), Literal(value), Literal(is_called)
+    )
+
+
+def create_or_replace_view(schema: str, name: str, options: Sequence[str], body: str) -> Composed:
+    """Re-bind a view to the table that now has the target's name, keeping its oid, owner,
+    grants and the views built on it. ``body`` is ``pg_get_viewdef`` output."""
+    with_options: Composable = SQL("")
+    if options:
+        pairs = [option.split("=", 1) for option in options]
+        with_options = SQL(" WITH ({})").format(
+            SQL(", ").join(SQL("{} = {}").format(Identifier(k), Literal(v)) for k, v in pairs)
+        )
+    return SQL("CREATE OR REPLACE VIEW {}{} AS {}").format(
+        _table(schema, name), with_options, SQL(body.strip().rstrip(";"))
+    )
+
+
+def execute_definition(definition: str) -> SQL:
+    """Run a complete statement the server rendered (``pg_get_triggerdef``)."""
+    return SQL(definition)
+
+
+def set_trigger_state(schema: str, table: str, trigger: str, state: str) -> Composed:
+    """Restore a trigger's enabled state (disabled, replica or always)."""
+    return SQL("ALTER TABLE {} {} TRIGGER {}").format(
+        _table(schema, table), SQL(_TRIGGER_STATES[state]), Identifier(trigger)
+    )
+
+
+def grant(
+    schema: str, table: str, privilege: str, grantee: str, *, grantable: bool, column: str | None
+) -> Composed:
+    """Re-grant one captured privilege (``grantee`` empty means PUBLIC)."""
+    if privilege not in PRIVILEGES:
+        raise ValueError(f"unknown privilege {privilege!r}")
+    on_columns = SQL(" ({})").format(Identifier(column)) if column else SQL("")
+    return SQL("GRANT {}{} ON TABLE {} TO {}{}").format(
+        SQL(privilege),
+        on_columns,
+        _table(schema, table),
+        Identifier(grantee) if grantee else SQL("PUBLIC"),
+        SQL(" WITH GRANT OPTION" if grantable else ""),
+    )
+
+
+def set_owner(schema: str, table: str, owner: str) -> Composed:
+    """Give the new table the old one's owner."""
+    return SQL("ALTER TABLE {} OWNER TO {}").format(_table(schema, table), Identifier(owner))
+
+
+def comment_on(kind: str, target: Composable, text: str | None) -> Composed:
+    """``COMMENT ON {TABLE|COLUMN|INDEX} target IS text``."""
+    if kind not in {"TABLE", "COLUMN", "INDEX"}:
+        raise ValueError(f"unsupported comment kind {kind!r}")
+    return SQL("COMMENT ON {} {} IS {}").format(SQL(kind), target, Literal(text))
+
+
+def comment_on_constraint(schema: str, table: str, name: str, text: str | None) -> Composed:
+    """``COMMENT ON CONSTRAINT name ON table IS text``."""
+    return SQL("COMMENT ON CONSTRAINT {} ON {} IS {}").format(
+        Identifier(name), _table(schema, table), Literal(text)
+    )
+
+
+def qualified(*names: str) -> Identifier:
+    """A (schema-)qualified name, for :func:`comment_on`."""
+    return Identifier(*names)
+
+
+def set_reloptions(schema: str, table: str, options: Iterable[str]) -> Composed:
+    """Restore the target's storage parameters on the new table."""
+    pairs = [option.split("=", 1) for option in options]
+    return SQL("ALTER TABLE {} SET ({})").format(
+        _table(schema, table),
+        SQL(", ").join(
+            SQL("{} = {}").format(SQL(_reloption_name(k)), Literal(v)) for k, v in pairs
+        ),
+    )
+
+
+def reset_autovacuum(schema: str, table: str) -> Composed:
+    """Undo the staging table's ``autovacuum_enabled = false``."""
+    return SQL("ALTER TABLE {} RESET (autovacuum_enabled)").format(_table(schema, table))
+
+
+def _reloption_name(name: str) -> str:
+    # Storage parameter names may be dotted (toast.autovacuum_enabled), which Identifier would
+    # quote as one name; they come from pg_class.reloptions, so check their shape and pass them.
+    parts = name.split(".")
+    if not all(part.isidentifier() and part.isascii() for part in parts):
+        raise ValueError(f"unexpected storage parameter name {name!r}")
+    return name
+
+
+def insert_from_staging(schema: str, table: str, staging: str, columns: Sequence[str]) -> Composed:
+    """Append: move the staged rows into the target in one statement."""
+    return SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
+        _table(schema, table), _columns(columns), _columns(columns), _table(schema, staging)
+    )
+
+
+def count_rows(schema: str, table: str) -> Composed:
+    """Exact row count."""
+    return SQL("SELECT count(*) FROM {}").format(_table(schema, table))

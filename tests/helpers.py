@@ -1,0 +1,163 @@
+"""Test data and catalog snapshots shared by the test modules."""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import random
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+
+NASTY = [
+    "plain",
+    'with "quotes"',
+    "comma, inside",
+    "new\nline",
+    "crlf\r\ninside",
+    'both "\n" here',
+    "",
+    "  spaced  ",
+    "unicodé ✓",
+    "tab\tinside",
+    "back\\slash",
+    '""',
+    "\\N",
+    "NULL",
+]
+
+
+def rows(count: int, seed: int = 7) -> list[tuple[Any, ...]]:
+    """``count`` rows of (id, name, amount, day, note) with awkward text in them."""
+    rnd = random.Random(seed)
+    out = []
+    for i in range(1, count + 1):
+        name = rnd.choice(NASTY) + f" #{i}"
+        note = None if i % 7 == 0 else rnd.choice(NASTY)
+        out.append(
+            (i, name, f"{rnd.randint(0, 10**6) / 100:.2f}", f"2024-01-{1 + i % 28:02d}", note)
+        )
+    return out
+
+
+def write_csv(
+    path: Path,
+    data: list[tuple[Any, ...]],
+    *,
+    header: list[str] | None = None,
+    lineterminator: str = "\n",
+) -> Path:
+    """Write rows as PostgreSQL-compatible CSV (None → empty unquoted field)."""
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator=lineterminator)
+    if header:
+        writer.writerow(header)
+    for row in data:
+        # csv.writer writes None and "" both as empty; PostgreSQL reads unquoted empty as NULL,
+        # so quote empty strings explicitly.
+        fields = ['""' if v == "" else ("" if v is None else _quote(str(v))) for v in row]
+        buf.write(",".join(fields) + lineterminator)
+    path.write_text(buf.getvalue(), encoding="utf-8", newline="")
+    return path
+
+
+def _quote(value: str) -> str:
+    if any(c in value for c in ',"\r\n') or value.strip() != value or value == "\\.":
+        return '"' + value.replace('"', '""') + '"'
+    return value
+
+
+def write_text_format(path: Path, data: list[tuple[Any, ...]]) -> Path:
+    """Write rows in PostgreSQL's text format (tab-separated, backslash escapes, \\N)."""
+
+    def esc(v: Any) -> str:
+        if v is None:
+            return "\\N"
+        s = str(v)
+        return (
+            s.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
+        )
+
+    path.write_text(
+        "".join("\t".join(esc(v) for v in row) + "\n" for row in data), encoding="utf-8", newline=""
+    )
+    return path
+
+
+def gzip_file(path: Path) -> Path:
+    """Compress ``path`` to ``path.gz``."""
+    out = path.with_name(path.name + ".gz")
+    out.write_bytes(gzip.compress(path.read_bytes()))
+    return out
+
+
+def create_items(db: Any, name: str = "items") -> None:
+    """The test target: (id PK, name, amount numeric CHECK, day date, note)."""
+    db.run(
+        sql.SQL(
+            "CREATE TABLE {} (id integer PRIMARY KEY, name text NOT NULL,"
+            " amount numeric(12,2) CHECK (amount >= 0), day date, note text)"
+        ).format(db.ident(name))
+    )
+
+
+def plain_copy_checksum(
+    db: Any, path: Path, copy_options: str, name: str = "reference", like: str = "items"
+) -> tuple[int, str]:
+    """Load ``path`` with one plain COPY into a fresh table and return its checksum."""
+    db.run(sql.SQL("CREATE TABLE {} (LIKE {})").format(db.ident(name), db.ident(like)))
+    opener = gzip.open if path.suffix == ".gz" else open
+    with (
+        db.conn.cursor() as cur,
+        opener(path, "rb") as f,
+        cur.copy(
+            sql.SQL("COPY {} FROM STDIN WITH (" + copy_options + ")").format(db.ident(name))
+        ) as copy,
+    ):
+        while chunk := f.read(1 << 16):
+            copy.write(chunk)
+    return db.checksum(name)
+
+
+def catalog_snapshot(db: Any, name: str) -> dict[str, Any]:
+    """What a replace must preserve, read from the catalog in comparable form."""
+    oid = db.scalar("SELECT %s::regclass::oid", f'"{db.schema}"."{name}"')
+    q = {
+        "columns": "SELECT attname, format_type(atttypid, atttypmod), attnotnull,"
+        " pg_get_expr(d.adbin, d.adrelid), attidentity, col_description(attrelid, attnum),"
+        " attacl::text FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid"
+        " AND d.adnum = a.attnum WHERE attrelid = %s AND attnum > 0"
+        " AND NOT attisdropped ORDER BY attnum",
+        "indexes": "SELECT ic.relname, obj_description(ic.oid, 'pg_class'),"
+        " regexp_replace(pg_get_indexdef(i.indexrelid), ' ON .* USING ', ' ON t USING ')"
+        " FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid"
+        " WHERE i.indrelid = %s ORDER BY 1",
+        "constraints": "SELECT conname, contype, pg_get_constraintdef(oid), convalidated,"
+        " obj_description(oid, 'pg_constraint') FROM pg_constraint"
+        " WHERE conrelid = %s AND contype <> 'n' ORDER BY 1",
+        "triggers": "SELECT tgname, tgenabled,"
+        " regexp_replace(pg_get_triggerdef(oid), ' ON \\S+ ', ' ON t ')"
+        " FROM pg_trigger WHERE tgrelid = %s AND NOT tgisinternal ORDER BY 1",
+        "grants": "SELECT coalesce(r.rolname, 'PUBLIC'), a.privilege_type, a.is_grantable"
+        " FROM pg_class c, aclexplode(c.relacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee"
+        " WHERE c.oid = %s ORDER BY 1, 2",
+        "table": "SELECT pg_get_userbyid(relowner), relpersistence,"
+        " obj_description(oid, 'pg_class'), relname FROM pg_class WHERE oid = %s",
+        "referencing": "SELECT conrelid::regclass::text, conname, convalidated FROM pg_constraint"
+        " WHERE confrelid = %s AND contype = 'f' ORDER BY 1, 2",
+    }
+    return {key: db.run(query, oid) for key, query in q.items()}
+
+
+def leftovers(db: Any) -> list[str]:
+    """Tables or sequences a load left behind in the test schema."""
+    return [
+        r[0]
+        for r in db.run(
+            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = %s AND c.relname LIKE '\\_pgbulk\\_%%'",
+            db.schema,
+        )
+    ]
