@@ -59,11 +59,12 @@ def pg_bulk_load(
             copy_args["pool"] = pool
         if max_parallel_copies:
             copy_args["max_active_tis_per_dagrun"] = max_parallel_copies
+        plan = prepare.output["plan"]
         copies = PgBulkCopyOperator.partial(
-            task_id="copy", postgres_conn_id=postgres_conn_id, plan=prepare.output, **copy_args
-        ).expand(partition=prepare.output["partitions"])
+            task_id="copy", postgres_conn_id=postgres_conn_id, plan=plan, **copy_args
+        ).expand(partition=prepare.output)
         finalize = PgBulkFinalizeOperator(
-            task_id="finalize", postgres_conn_id=postgres_conn_id, plan=prepare.output
+            task_id="finalize", postgres_conn_id=postgres_conn_id, plan=plan
         )
         cleanup = PgBulkCleanupOperator(
             task_id="cleanup",

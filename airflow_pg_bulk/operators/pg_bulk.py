@@ -58,8 +58,11 @@ class _PgBulkOperator(BaseOperator):
 class PgBulkPrepareOperator(_PgBulkOperator):
     """Validate the load, capture the target's definition, create staging, split the source.
 
-    Returns the plan (a dict) as its XCom and pushes the partition numbers under the XCom key
-    ``partitions`` for ``PgBulkCopyOperator.partial(...).expand(partition=...)``.
+    Returns the partition numbers (``[0, 1, ...]``) as its XCom, to map the COPY tasks over,
+    and pushes the plan (a dict) under the XCom key ``plan``::
+
+        PgBulkCopyOperator.partial(task_id="copy", plan=prepare.output["plan"]).expand(
+            partition=prepare.output)
 
     :param postgres_conn_id: Airflow connection id of the target database (``postgres`` type).
     :param table: the target table, ``schema.table`` or ``table``; it must exist. (templated)
@@ -149,12 +152,12 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             **({"partition_size": self.partition_size} if self.partition_size else {}),
         )
 
-    def execute(self, context: Context) -> dict[str, Any]:
+    def execute(self, context: Context) -> list[int]:
         request = self.build_request()
         load_id = load_id_from_context(context, self.task_id)
         with _terminal_errors_fail():
             plan = self.hook.prepare(request, load_id)
-        context["ti"].xcom_push(key="partitions", value=[p.index for p in plan.partitions])
+        context["ti"].xcom_push(key="plan", value=plan.to_dict())
         self.log.info(
             "Load %s: %d partitions of %s, %.1f MB in all",
             load_id,
@@ -162,15 +165,16 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             plan.target.qualified,
             plan.source_bytes / 1e6,
         )
-        return plan.to_dict()
+        return [p.index for p in plan.partitions]
 
 
 class PgBulkCopyOperator(_PgBulkOperator):
     """COPY one partition of the plan into staging, exactly once (map it over the partitions).
 
     :param postgres_conn_id: Airflow connection id of the target database.
-    :param plan: the prepare task's XCom (``prepare.output``). (templated)
-    :param partition: the partition number; use ``.expand(partition=prepare.output["partitions"])``.
+    :param plan: the plan, the prepare task's XCom ``plan`` (``prepare.output["plan"]``).
+        (templated)
+    :param partition: the partition number; map with ``.expand(partition=prepare.output)``.
         (templated)
     """
 
@@ -208,7 +212,8 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
     Returns the load's figures (rows, bytes, seconds per phase) as its XCom.
 
     :param postgres_conn_id: Airflow connection id of the target database.
-    :param plan: the prepare task's XCom (``prepare.output``). (templated)
+    :param plan: the plan, the prepare task's XCom ``plan`` (``prepare.output["plan"]``).
+        (templated)
     """
 
     template_fields: Sequence[str] = ("plan",)

@@ -1,0 +1,1 @@
+"""DAG files shipped with the package (the demo points Airflow's dags folder here)."""

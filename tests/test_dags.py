@@ -1,0 +1,157 @@
+"""The example DAGs parse, have the documented shape, and run end to end (``dag.test()``).
+
+``dag.test()`` runs mapped tasks one after another in one process; the demo and the
+benchmarks run the same DAG under a real scheduler, where they run in parallel."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
+
+from airflow_pg_bulk.demo import workload
+from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "dags_examples"
+
+
+@pytest.fixture
+def dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(EXAMPLES))
+
+
+@pytest.fixture
+def example_conn(monkeypatch, db):
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE", airflow_connection_json(db.dsn))
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_DEMO", airflow_connection_json(db.dsn))
+    return db
+
+
+def test_example_dags_import_without_errors(dagbag):
+    assert dagbag.import_errors == {}
+    assert set(dagbag.dag_ids) >= {
+        "example_pg_bulk_replace_many_csv",
+        "example_pg_bulk_append_one_big_file",
+        "pg_bulk_smart_meter",
+    }
+    dag = dagbag.get_dag("example_pg_bulk_replace_many_csv")
+    assert {t.task_id for t in dag.tasks} == {
+        "load_readings.prepare",
+        "load_readings.copy",
+        "load_readings.finalize",
+        "load_readings.cleanup",
+    }
+    cleanup = dag.get_task("load_readings.cleanup")
+    assert cleanup.is_teardown
+    assert dag.get_task("load_readings.copy").max_active_tis_per_dagrun == 4
+
+
+def _run(dagbag, dag_id, conf):
+    dag = dagbag.get_dag(dag_id)
+    run = dag.test(run_conf=conf)
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    return run, states
+
+
+def test_replace_many_csv_example_runs(dagbag, example_conn, tmp_path):
+    db = example_conn
+    create_items(db)
+    header = ["id", "name", "amount", "day", "note"]
+    for n in range(6):
+        write_csv(
+            tmp_path / f"items-{n}.csv",
+            [(r[0] + 10_000 * n, *r[1:]) for r in rows(300, n)],
+            header=header,
+        )
+    whole = tmp_path / "all.data"
+    whole.write_bytes(
+        b"".join(
+            b"".join((tmp_path / f"items-{n}.csv").read_bytes().splitlines(keepends=True)[1:])
+            for n in range(6)
+        )
+    )
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+
+    run, states = _run(
+        dagbag,
+        "example_pg_bulk_replace_many_csv",
+        {"table": db.table("items"), "source": str(tmp_path / "items-*.csv")},
+    )
+
+    assert run.state == "success", states
+    assert sum(1 for (task, _), s in states.items() if task.endswith(".copy")) == 4
+    assert db.checksum("items") == expected
+    assert leftovers(db) == []
+
+
+def test_append_one_big_file_example_runs(dagbag, example_conn, tmp_path):
+    db = example_conn
+    create_items(db)
+    path = write_csv(tmp_path / "events.csv", rows(5000))
+    expected = plain_copy_checksum(db, path, "FORMAT csv")
+
+    run, states = _run(
+        dagbag,
+        "example_pg_bulk_append_one_big_file",
+        {"table": db.table("items"), "source": str(path)},
+    )
+
+    assert run.state == "success", states
+    assert states[("report", -1)] == "success"
+    assert db.checksum("items") == expected
+    assert leftovers(db) == []
+
+
+def test_smart_meter_demo_dag_runs(dagbag, example_conn, tmp_path):
+    db = example_conn
+    conn = __import__("psycopg").connect(db.dsn)
+    workload.create_schema(conn, db.schema, readings_tables=("readings", "reference"))
+    workload.fill_meters(conn, db.schema, 50)
+    paths = workload.write_readings(conn, workload.Workload(meters=50, days=20, files=3), tmp_path)
+    workload.naive_copy(conn, db.schema, "reference", paths)
+
+    run, states = _run(
+        dagbag,
+        "pg_bulk_smart_meter",
+        {"table": db.table("readings"), "readings": str(tmp_path / "readings-*")},
+    )
+
+    assert run.state == "success", states
+    assert workload.checksum(conn, db.schema, "readings") == workload.checksum(
+        conn, db.schema, "reference"
+    )
+    conn.close()
+
+
+def test_failed_load_fails_the_dag_and_cleanup_still_runs(dagbag, example_conn, tmp_path):
+    db = example_conn
+    create_items(db)
+    data = rows(300)
+    data[123] = (124, "bad", "not-a-number", "2024-01-01", None)
+    write_csv(tmp_path / "items-0.csv", data, header=["id", "name", "amount", "day", "note"])
+
+    run, states = _run(
+        dagbag,
+        "example_pg_bulk_replace_many_csv",
+        {"table": db.table("items"), "source": str(tmp_path / "items-*.csv")},
+    )
+
+    assert run.state == "failed"
+    assert states[("load_readings.cleanup", -1)] == "success"
+    assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 0
+    assert leftovers(db) == []
+
+
+def test_airflow_providers_list_shows_the_provider(airflow_db):
+    airflow = os.path.join(os.path.dirname(sys.executable), "airflow")
+    out = subprocess.run(
+        [airflow, "providers", "list"], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    line = next(line for line in out.splitlines() if line.startswith("airflow-pg-bulk"))
+    assert "0.1.0" in line
