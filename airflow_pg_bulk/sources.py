@@ -202,7 +202,7 @@ def _split_file(
         offsets += splitting.record_starts(file.path, wanted, syntax)
     offsets.append(file.size)
     bounds = sorted(set(offsets))
-    newline = splitting.detect_newline(file.path)
+    newline = splitting.detect_newline(file.path, syntax)
     pieces = []
     line = 1 + splitting.count_newlines(file.path, 0, start, newline=newline)
     for begin, end in itertools.pairwise(bounds):
@@ -264,8 +264,8 @@ def _gzip_chunks(piece: Piece, syntax: splitting.RecordSyntax, chunk_size: int) 
             if skipping:
                 pending += chunk
                 header = splitting.first_record(io.BytesIO(pending), syntax)
-                if not header.endswith((b"\n", b"\r")):
-                    continue  # the header goes on in the next chunk
+                if not header.endswith((b"\n", b"\r")) or header == pending:
+                    continue  # the header (or its CRLF) goes on in the next chunk
                 chunk, pending, skipping = pending[len(header) :], b"", False
                 if not chunk:
                     continue
@@ -285,5 +285,8 @@ def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, in
             shutil.copyfileobj(src, tmp)
         tmp.flush()
         size = os.path.getsize(tmp.name)
-        number = record_number + (1 if piece.skip_header else 0)
-        return splitting.record_line_numbers(tmp.name, 0, size, number, syntax)
+        start = 0
+        if piece.skip_header:
+            with open(tmp.name, "rb") as f:
+                start = len(splitting.first_record(f, syntax))
+        return splitting.record_line_numbers(tmp.name, start, size, record_number, syntax)

@@ -610,6 +610,7 @@ def _csv_starts(
             out.append(size)
             continue
         if cursor is None:
+            f.seek(0)
             cursor = _CsvCursor(_Reader(f, 0, limit=size, chunk_size=chunk_size), syntax)
         # A record starts at t exactly when the terminator's last byte is at t - 1.
         cursor.advance_to(t - 1)
@@ -686,17 +687,27 @@ def count_newlines(
     return sum(chunk.count(needle) for chunk in iter_range(path, start, end, chunk_size=chunk_size))
 
 
-def detect_newline(source: PathLike | IO[bytes]) -> bytes:
+def detect_newline(path: PathLike | IO[bytes], syntax: RecordSyntax | None = None) -> bytes:
     """The line ending used by a file: ``b"\\n"``, ``b"\\r\\n"`` or ``b"\\r"``.
 
-    Taken from the first CR or LF byte in the file (quoted or not, as PostgreSQL effectively
-    does from the first line); ``b"\\n"`` when there is none. ``source`` is a path or a binary
-    file object; a seekable file object is put back where it was.
+    Without ``syntax``: taken from the first CR or LF byte in the file, quoted or not. With a
+    ``syntax``: from the terminator of the first record (so a CR inside a quoted csv field of an
+    LF file is not mistaken for the line ending) - this is what PostgreSQL itself does. ``b"\\n"``
+    when there is none. ``path`` may also be a binary file object; a seekable one is put back
+    where it was.
     """
-    with _binary(source) as f:
+    with _binary(path) as f:
         origin = f.tell() if f.seekable() else None
         try:
             reader = _Reader(f, 0, chunk_size=_LOCAL_BLOCK)
+            if syntax is not None:
+                found = _cursor(reader, syntax).next_record()
+                if found is None:
+                    return b"\n"
+                if found[1] - found[0] == 2:
+                    return b"\r\n"
+                # A one-byte terminator is always inside the current chunk.
+                return b"\r" if reader.buf[found[0] - reader.base] == _CR else b"\n"
             while reader.buf:
                 m = _NEWLINE_RE.search(reader.buf)
                 if m is not None:
@@ -716,11 +727,11 @@ def detect_newline(source: PathLike | IO[bytes]) -> bytes:
 
 
 def first_record(
-    source: PathLike | IO[bytes], syntax: RecordSyntax, *, limit: int = 16 << 20
+    path_or_bytes_reader: PathLike | IO[bytes], syntax: RecordSyntax, *, limit: int = 16 << 20
 ) -> bytes:
     """The raw bytes of the first record, including its terminator (for header lines).
 
-    ``source`` is a path or a readable binary file object (a ``gzip.open`` stream works), read
+    ``path_or_bytes_reader`` is a path or a readable binary file object (``gzip.open`` works), read
     from its current position. When the file object is seekable it is left positioned right
     after the record; otherwise it has been read somewhat further.
 
@@ -729,7 +740,7 @@ def first_record(
 
     :raises ValueError: the record (with its terminator) is longer than ``limit`` bytes.
     """
-    with _binary(source) as f:
+    with _binary(path_or_bytes_reader) as f:
         origin = f.tell() if f.seekable() else None
         kept: list[bytes] = []
         reader = _Reader(f, 0, limit=limit + 1, chunk_size=min(limit + 1, _LOCAL_BLOCK), keep=kept)
@@ -863,6 +874,8 @@ def parse_header(
     delim = _one_byte("delimiter", delimiter)
     if syntax.is_csv and delim in (syntax.quote, syntax.escape):
         raise ValueError("delimiter must differ from the quote and escape characters")
+    if not syntax.is_csv and delim in b"\\.abcdefghijklmnopqrstuvwxyz0123456789":
+        raise ValueError(f"text-format delimiter cannot be {delim!r} (COPY rejects it)")
     codec = _python_codec(encoding)
     if record.startswith(_UTF8_BOM):
         record = record[len(_UTF8_BOM) :]
@@ -888,7 +901,8 @@ def record_line_numbers(
     ``[start, end)`` is the byte range one COPY session loaded (``start`` at a record start;
     ``end=None`` means EOF) and ``record_number`` the 1-based ``line N`` from PostgreSQL's error
     context for that session. The result counts lines in the whole file (1-based, lines before
-    ``start`` included), splitting lines at LF (CR for CR-only files, see
+    ``start`` included), splitting lines at every LF byte, quoted or not (every CR byte for
+    CR-only files; the style comes from the file's first record terminator, see
     :func:`detect_newline`); ``last`` is the line holding the record's last byte before its
     terminator.
 
@@ -906,7 +920,7 @@ def record_line_numbers(
         raise ValueError(f"numbering must be 'postgres' or 'records', not {numbering!r}")
     if record_number < 1:
         raise ValueError(f"record_number must be >= 1, not {record_number}")
-    newline = detect_newline(path)
+    newline = detect_newline(path, syntax)
     count_pg = numbering == "postgres" and syntax.is_csv
     with open(path, "rb") as f, open(path, "rb") as g:
         size = os.fstat(f.fileno()).st_size

@@ -21,7 +21,7 @@ START_DATE = "2019-02-01"
 
 @dataclass(frozen=True)
 class Workload:
-    """Size of the workload: ``meters`` × ``days`` readings, written to ``files`` CSV files."""
+    """Size of the workload: ``meters`` x ``days`` readings, written to ``files`` CSV files."""
 
     meters: int = 15_000
     days: int = 365
