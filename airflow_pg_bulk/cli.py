@@ -48,6 +48,22 @@ def _load_parser(sub: argparse._SubParsersAction) -> None:
         help="staging persistence (default: logged for replace, unlogged for append)",
     )
     p.add_argument("--lock-timeout", default=Settings.lock_timeout)
+    p.add_argument(
+        "--on-error",
+        choices=["fail", "reject"],
+        default="fail",
+        help="reject: bad rows go to the reject table, the rest load",
+    )
+    p.add_argument(
+        "--max-rejects",
+        type=int,
+        default=0,
+        help="most rows that may be rejected (with --on-error reject)",
+    )
+    p.add_argument(
+        "--reject-table",
+        help="schema.table for rejected rows (default pgbulk_rejects in the target's schema)",
+    )
     p.add_argument("--driver", choices=["psycopg", "psycopg2"], default="psycopg")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -95,6 +111,9 @@ def _run_load(args: argparse.Namespace) -> int:
         columns=args.columns.split(",") if args.columns else None,
         staging_logged=None if args.staging is None else args.staging == "logged",
         settings=Settings(lock_timeout=args.lock_timeout),
+        on_error=args.on_error,
+        max_rejects=args.max_rejects,
+        reject_table=args.reject_table,
         jobs=args.jobs,
         driver=args.driver,
     )

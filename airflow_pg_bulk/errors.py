@@ -8,6 +8,10 @@ which file, line and column.
 
 from __future__ import annotations
 
+import re
+
+_COPY_CONTEXT = re.compile(r"^COPY [^,]+, line (\d+)(?:, column (.*?))?(?:: \"(.*)\")?$", re.S)
+
 
 class PgBulkError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -71,3 +75,12 @@ TRANSIENT_SQLSTATES = frozenset(
 def is_data_sqlstate(sqlstate: str | None) -> bool:
     """Data exceptions (22xxx) and integrity violations (23xxx) come from the rows themselves."""
     return bool(sqlstate) and sqlstate[:2] in {"22", "23"}
+
+
+def parse_copy_context(context: str | None) -> tuple[int | None, str | None, str | None]:
+    """COPY's ``line N``, column and quoted value from an error's CONTEXT, when it has them."""
+    for text in (context or "").splitlines():
+        match = _COPY_CONTEXT.match(text.strip())
+        if match:
+            return int(match.group(1)), match.group(2), match.group(3)
+    return None, None, None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +37,7 @@ class PartitionResult(PlainData):
     bytes: int
     seconds: float
     skipped: bool = False
+    rejects: int = 0
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class LoadSummary(PlainData):
     bytes: int
     partitions: int
     seconds: dict[str, float]
+    rejects: int = 0
 
     @property
     def total_seconds(self) -> float:
@@ -72,10 +75,12 @@ class LoadSummary(PlainData):
             f"{self.table} ({self.mode}) in {self.total_seconds:.2f} s: "
             f"{self.rows_per_second:,.0f} rows/s, {self.megabytes_per_second:,.1f} MB/s",
         ]
+        if self.rejects:
+            lines.append(f"  {self.rejects:,} rows rejected (see the reject table)")
         lines += [f"  {name:<12} {secs:8.2f} s" for name, secs in self.seconds.items()]
         return "\n".join(lines)
 
     def with_seconds(self, more: dict[str, float]) -> LoadSummary:
         """A copy with phases added in front (prepare, copy) of the finalize phases."""
         merged: dict[str, Any] = {**more, **self.seconds}
-        return LoadSummary(self.table, self.mode, self.rows, self.bytes, self.partitions, merged)
+        return dataclasses.replace(self, seconds=merged)

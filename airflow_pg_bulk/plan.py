@@ -16,6 +16,8 @@ from typing import Any, Literal, TypeVar
 Mode = Literal["replace", "append"]
 MODES: tuple[str, ...] = ("replace", "append")
 FORMATS: tuple[str, ...] = ("csv", "text")
+ON_ERROR: tuple[str, ...] = ("fail", "reject")
+DEFAULT_REJECT_TABLE = "pgbulk_rejects"
 
 T = TypeVar("T", bound="PlainData")
 
@@ -280,6 +282,38 @@ class Settings(PlainData):
 
 
 @dataclass(frozen=True)
+class ErrorPolicy(PlainData):
+    """What a row that PostgreSQL cannot parse or convert does to the load.
+
+    :param on_error: ``"fail"`` (default): the first bad row fails the load, naming file, line,
+        column and value. ``"reject"``: bad rows are recorded in ``reject_table`` and the rest
+        load; more than ``max_rejects`` of them fail the load, and then nothing reaches the
+        target.
+    :param max_rejects: the most rejected rows a load may have (all partitions together).
+    :param reject_table: where rejected rows go, ``schema.table``; created if missing; default
+        ``pgbulk_rejects`` in the target's schema. Rows there outlive the load (cleanup keeps
+        them); each says its load id, source file, line, raw line and error.
+    """
+
+    on_error: str = "fail"
+    max_rejects: int = 0
+    reject_table: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, not {self.on_error!r}")
+        if self.max_rejects < 0:
+            raise ValueError("max_rejects must be 0 or more")
+        if self.on_error == "fail" and self.max_rejects:
+            raise ValueError("max_rejects needs on_error='reject'")
+
+    @property
+    def rejecting(self) -> bool:
+        """Bad rows are set aside rather than failing the load."""
+        return self.on_error == "reject"
+
+
+@dataclass(frozen=True)
 class LoadPlan(PlainData):
     """The complete, self-contained description of one load, made by prepare."""
 
@@ -294,6 +328,8 @@ class LoadPlan(PlainData):
     partitions: tuple[Partition, ...]
     settings: Settings = Settings()
     source_bytes: int = 0
+    errors: ErrorPolicy = ErrorPolicy()
+    reject_table: tuple[str, ...] | None = None  # (schema, table) when rejecting
 
     def partition(self, index: int) -> Partition:
         """The partition with that index."""
@@ -323,6 +359,7 @@ class LoadRequest(PlainData):
     :param staging_logged: force a logged (True) or unlogged (False) staging table; default:
         logged for replace, unlogged for append (see docs/tuning.md for the measurements).
     :param settings: tuning and safety settings (:class:`Settings`).
+    :param errors: what bad rows do (:class:`ErrorPolicy`).
     """
 
     table: str
@@ -334,6 +371,7 @@ class LoadRequest(PlainData):
     columns: tuple[str, ...] | None = None
     staging_logged: bool | None = None
     settings: Settings = Settings()
+    errors: ErrorPolicy = ErrorPolicy()
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk.driver import connect
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
-from airflow_pg_bulk.plan import CopyOptions, LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadPlan, LoadRequest, Settings
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,9 @@ def load(
     columns: Sequence[str] | None = None,
     staging_logged: bool | None = None,
     settings: Settings | None = None,
+    on_error: str = "fail",
+    max_rejects: int = 0,
+    reject_table: str | None = None,
     jobs: int | None = None,
     driver: str = "psycopg",
     load_id: str | None = None,
@@ -120,8 +123,9 @@ def load(
     :param load_id: reuse a load id (12 hex characters) to resume a load whose partitions
         were partly committed; default: a new one.
 
-    The other parameters are those of :class:`~airflow_pg_bulk.plan.LoadRequest` and
-    :class:`~airflow_pg_bulk.plan.CopyOptions`. Returns the load's figures.
+    The other parameters are those of :class:`~airflow_pg_bulk.plan.LoadRequest`,
+    :class:`~airflow_pg_bulk.plan.CopyOptions` and :class:`~airflow_pg_bulk.plan.ErrorPolicy`.
+    Returns the load's figures.
     """
     factory = connection_factory(conn, driver)
     request = LoadRequest(
@@ -141,6 +145,7 @@ def load(
         columns=tuple(columns) if columns is not None else None,
         staging_logged=staging_logged,
         settings=settings or Settings(),
+        errors=ErrorPolicy(on_error, max_rejects, reject_table),
         **({"partition_size": partition_size} if partition_size else {}),
     )
     load_id = load_id or naming.new_load_id()

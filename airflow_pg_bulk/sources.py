@@ -96,7 +96,7 @@ def read_header(file: SourceFile, opts: CopyOptions) -> tuple[list[str], int]:
         record,
         syntax_of(opts),
         delimiter=opts.effective_delimiter.encode(),
-        encoding=_python_encoding(opts.encoding),
+        encoding=python_encoding(opts.encoding),
     )
     return names, len(record)
 
@@ -104,7 +104,7 @@ def read_header(file: SourceFile, opts: CopyOptions) -> tuple[list[str], int]:
 _PYTHON_CODECS = {"UTF8": "utf-8", "SQLASCII": "latin-1", "LATIN1": "latin-1"}
 
 
-def _python_encoding(pg_encoding: str) -> str:
+def python_encoding(pg_encoding: str) -> str:
     """Python's codec for a PostgreSQL encoding name (for reading header names only)."""
     key = pg_encoding.upper().replace("-", "").replace("_", "")
     if key in _PYTHON_CODECS:

@@ -916,11 +916,37 @@ def record_line_numbers(
 
     :raises ValueError: a bad range or numbering, or no such record in the range.
     """
+    record_start, content_end, _next = record_span(
+        path, start, end, record_number, syntax, numbering=numbering
+    )
+    newline = detect_newline(path, syntax)
+    first = 1 + count_newlines(path, 0, record_start, newline=newline)
+    last = first + count_newlines(path, record_start, content_end, newline=newline)
+    return first, last
+
+
+def record_span(
+    path: PathLike,
+    start: int,
+    end: int | None,
+    record_number: int,
+    syntax: RecordSyntax,
+    *,
+    numbering: Literal["postgres", "records"] = "postgres",
+) -> tuple[int, int, int]:
+    """Byte offsets ``(record_start, content_end, next_start)`` of the record that PostgreSQL's
+    ``line N`` (``record_number``) names in a COPY session that loaded ``[start, end)``.
+
+    ``content_end`` is where the record's terminator begins and ``next_start`` where the next
+    record begins (both equal ``end`` for a last record without terminator). Numbering as in
+    :func:`record_line_numbers`.
+
+    :raises ValueError: a bad range or numbering, or no such record in the range.
+    """
     if numbering not in ("postgres", "records"):
         raise ValueError(f"numbering must be 'postgres' or 'records', not {numbering!r}")
     if record_number < 1:
         raise ValueError(f"record_number must be >= 1, not {record_number}")
-    newline = detect_newline(path, syntax)
     count_pg = numbering == "postgres" and syntax.is_csv
     with open(path, "rb") as f, open(path, "rb") as g:
         size = os.fstat(f.fileno()).st_size
@@ -944,9 +970,7 @@ def record_line_numbers(
             else:
                 lineno = k
             if lineno >= record_number:
-                first = 1 + count_newlines(path, 0, record_start, newline=newline)
-                last = first + count_newlines(path, record_start, content_end, newline=newline)
-                return first, last
+                return record_start, content_end, next_start
             record_start = next_start
     raise ValueError(
         f"range [{start}, {end}) holds {k} records (PostgreSQL line {lineno}); "

@@ -61,7 +61,7 @@ def current_user() -> Composed:
 
 def advisory_xact_lock(oid: int) -> Composed:
     """Serialise finalizes of the same target (one pair of keys per table)."""
-    return SQL("SELECT pg_advisory_xact_lock('pg_class'::regclass::oid::int, {})").format(
+    return SQL("SELECT pg_advisory_xact_lock(hashtext('airflow_pg_bulk'), {}::oid::int4)").format(
         Literal(oid)
     )
 
@@ -266,8 +266,58 @@ def create_ledger(schema: str, ledger: str) -> Composed:
     return SQL(
         "CREATE TABLE {} (partition integer PRIMARY KEY, rows bigint NOT NULL DEFAULT 0,"
         " bytes bigint NOT NULL DEFAULT 0, seconds double precision NOT NULL DEFAULT 0,"
-        " loaded_at timestamptz NOT NULL DEFAULT now())"
+        " rejects bigint NOT NULL DEFAULT 0, loaded_at timestamptz NOT NULL DEFAULT now())"
     ).format(_table(schema, ledger))
+
+
+def create_reject_table(schema: str, name: str) -> Composed:
+    """Where rejected rows go (kept after the load; one row per rejected source record)."""
+    return SQL(
+        "CREATE TABLE IF NOT EXISTS {} (load_id text NOT NULL, target text NOT NULL,"
+        " source_file text NOT NULL, line bigint, raw_line text, error text NOT NULL,"
+        " rejected_at timestamptz NOT NULL DEFAULT now())"
+    ).format(_table(schema, name))
+
+
+def insert_reject(
+    schema: str,
+    name: str,
+    *,
+    load_id: str,
+    target: str,
+    source_file: str,
+    line: int,
+    raw_line: str,
+    error: str,
+) -> Composed:
+    """Record one rejected row (same transaction as its partition's good rows)."""
+    return SQL(
+        "INSERT INTO {} (load_id, target, source_file, line, raw_line, error)"
+        " VALUES ({}, {}, {}, {}, {}, {})"
+    ).format(
+        _table(schema, name),
+        Literal(load_id),
+        Literal(target),
+        Literal(source_file),
+        Literal(line),
+        Literal(raw_line),
+        Literal(error),
+    )
+
+
+def savepoint(name: str) -> Composed:
+    """Mark a point the partition's transaction can roll back to."""
+    return SQL("SAVEPOINT {}").format(Identifier(name))
+
+
+def rollback_to(name: str) -> Composed:
+    """Undo back to the savepoint (which stays)."""
+    return SQL("ROLLBACK TO SAVEPOINT {}").format(Identifier(name))
+
+
+def release(name: str) -> Composed:
+    """Forget the savepoint, keeping its work."""
+    return SQL("RELEASE SAVEPOINT {}").format(Identifier(name))
 
 
 def drop_table(schema: str, name: str, *, if_exists: bool = False) -> Composed:
@@ -286,24 +336,37 @@ def claim_partition(schema: str, ledger: str, partition: int) -> Composed:
 
 
 def record_partition(
-    schema: str, ledger: str, partition: int, rows: int, nbytes: int, seconds: float
+    schema: str,
+    ledger: str,
+    partition: int,
+    rows: int,
+    nbytes: int,
+    seconds: float,
+    rejects: int = 0,
 ) -> Composed:
     """Fill in the partition's figures (same transaction as its rows)."""
-    return SQL("UPDATE {} SET rows = {}, bytes = {}, seconds = {} WHERE partition = {}").format(
-        _table(schema, ledger), Literal(rows), Literal(nbytes), Literal(seconds), Literal(partition)
+    return SQL(
+        "UPDATE {} SET rows = {}, bytes = {}, seconds = {}, rejects = {} WHERE partition = {}"
+    ).format(
+        _table(schema, ledger),
+        Literal(rows),
+        Literal(nbytes),
+        Literal(seconds),
+        Literal(rejects),
+        Literal(partition),
     )
 
 
 def partition_figures(schema: str, ledger: str, partition: int) -> Composed:
     """The committed figures of one partition."""
-    return SQL("SELECT rows, bytes, seconds FROM {} WHERE partition = {}").format(
+    return SQL("SELECT rows, bytes, seconds, rejects FROM {} WHERE partition = {}").format(
         _table(schema, ledger), Literal(partition)
     )
 
 
 def ledger_rows(schema: str, ledger: str) -> Composed:
     """Every committed partition with its figures."""
-    return SQL("SELECT partition, rows, bytes, seconds FROM {} ORDER BY partition").format(
+    return SQL("SELECT partition, rows, bytes, seconds, rejects FROM {} ORDER BY partition").format(
         _table(schema, ledger)
     )
 

@@ -7,12 +7,11 @@ of Airflow: the operators, the in-process runner and the tests all call these fu
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from airflow_pg_bulk import catalog, naming, sources, sql
+from airflow_pg_bulk import catalog, naming, rejects, sources, sql
 from airflow_pg_bulk.driver import copy_in, execute, is_database_error, scalar, server_error
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
@@ -22,15 +21,22 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
     is_data_sqlstate,
+    parse_copy_context,
 )
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult, PhaseClock
-from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, LoadRequest, Piece, TargetDefinition
+from airflow_pg_bulk.plan import (
+    DEFAULT_REJECT_TABLE,
+    ConstraintDef,
+    LoadPlan,
+    LoadRequest,
+    Piece,
+    TargetDefinition,
+)
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int], None]  # (bytes so far, bytes expected or 0)
 
-_COPY_CONTEXT = re.compile(r"^COPY [^,]+, line (\d+)(?:, column (.*?))?(?:: \"(.*)\")?$", re.S)
 _VALUE_LIMIT = 80
 
 
@@ -62,6 +68,13 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
                     f"columns {unknown} are not loadable columns of {target.qualified} "
                     f"(loadable: {loadable})"
                 )
+        reject_table = None
+        if request.errors.rejecting:
+            reject_table = (
+                catalog.split_name(request.errors.reject_table)
+                if request.errors.reject_table
+                else (schema, DEFAULT_REJECT_TABLE)
+            )
         total = sum(f.size for f in files)
         partitions = sources.plan_partitions(
             files, request.copy, request.partition_count(total), header_lengths
@@ -78,10 +91,14 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
             partitions=tuple(partitions),
             settings=request.settings,
             source_bytes=total,
+            errors=request.errors,
+            reject_table=reject_table,
         )
         _drop_run_tables(conn, schema, load_id)
         _create_staging(conn, plan)
         execute(conn, sql.create_ledger(schema, plan.ledger_table))
+        if reject_table:
+            execute(conn, sql.create_reject_table(*reject_table))
         conn.commit()
     except BaseException:
         conn.rollback()
@@ -174,7 +191,7 @@ def copy_partition(
             conn, sql.set_config("synchronous_commit", plan.settings.synchronous_commit, local=True)
         )
         if not execute(conn, sql.claim_partition(t.schema, plan.ledger_table, index)):
-            rows, nbytes, seconds = execute(
+            rows, nbytes, seconds, rejected = execute(
                 conn, sql.partition_figures(t.schema, plan.ledger_table, index)
             )[0]
             conn.rollback()
@@ -184,10 +201,25 @@ def copy_partition(
                 plan.load_id,
                 rows,
             )
-            return PartitionResult(index, rows, nbytes, seconds, skipped=True)
-        rows = nbytes = 0
+            return PartitionResult(index, rows, nbytes, seconds, skipped=True, rejects=rejected)
+        rows = nbytes = rejected = 0
         statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
         for piece in part.pieces:
+            if plan.errors.rejecting:
+                outcome = rejects.copy_rejecting(
+                    conn,
+                    plan,
+                    piece,
+                    statement,
+                    rejected,
+                    lambda chunks, done=nbytes: _Counted(chunks, progress, done, part.bytes),
+                )
+                rows, nbytes, rejected = (
+                    rows + outcome.rows,
+                    nbytes + outcome.bytes,
+                    rejected + outcome.rejects,
+                )
+                continue
             counted = _Counted(sources.piece_chunks(piece, plan.copy), progress, nbytes, part.bytes)
             try:
                 rows += copy_in(conn, statement, counted)
@@ -196,7 +228,10 @@ def copy_partition(
             nbytes += counted.bytes
         seconds = time.perf_counter() - started
         execute(
-            conn, sql.record_partition(t.schema, plan.ledger_table, index, rows, nbytes, seconds)
+            conn,
+            sql.record_partition(
+                t.schema, plan.ledger_table, index, rows, nbytes, seconds, rejected
+            ),
         )
         conn.commit()
     except BaseException:
@@ -211,7 +246,7 @@ def copy_partition(
         seconds,
         rows / seconds if seconds else 0,
     )
-    return PartitionResult(index, rows, nbytes, seconds)
+    return PartitionResult(index, rows, nbytes, seconds, rejects=rejected)
 
 
 def _safe_rollback(conn: Any) -> None:
@@ -231,7 +266,7 @@ def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
         )
     if not is_data_sqlstate(err.sqlstate):
         return exc
-    record, column, quoted = _parse_copy_context(err.context)
+    record, column, quoted = parse_copy_context(err.context)
     where = piece.path
     line = None
     if record is not None:
@@ -248,14 +283,6 @@ def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
         message += f"; {err.detail}"
     message += f". Nothing of this load reached {plan.target.qualified}."
     return BadDataError(message, path=piece.path, line=line, column=column, value=value)
-
-
-def _parse_copy_context(context: str | None) -> tuple[int | None, str | None, str | None]:
-    for text in (context or "").splitlines():
-        match = _COPY_CONTEXT.match(text.strip())
-        if match:
-            return int(match.group(1)), match.group(2), match.group(3)
-    return None, None, None
 
 
 def _truncate(value: str) -> str:
@@ -275,7 +302,7 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     t = plan.target
     try:
         with clock.phase("check"):
-            rows, nbytes = _check_ledger(conn, plan)
+            rows, nbytes, rejected = _check_ledger(conn, plan)
         if plan.mode == "replace":
             _finalize_replace(conn, plan, clock)
         else:
@@ -283,12 +310,14 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     except BaseException as exc:
         _safe_rollback(conn)
         raise _finalize_error(exc, plan) from exc
-    summary = LoadSummary(t.qualified, plan.mode, rows, nbytes, len(plan.partitions), clock.seconds)
+    summary = LoadSummary(
+        t.qualified, plan.mode, rows, nbytes, len(plan.partitions), clock.seconds, rejected
+    )
     log.info("Finalized load %s: %s", plan.load_id, summary.describe())
     return summary
 
 
-def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int]:
+def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int]:
     t = plan.target
     ledger = execute(conn, sql.ledger_rows(t.schema, plan.ledger_table))
     done = {row[0] for row in ledger}
@@ -300,6 +329,13 @@ def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int]:
         )
     rows = sum(row[1] for row in ledger)
     nbytes = sum(row[2] for row in ledger)
+    rejected = sum(row[4] for row in ledger)
+    if rejected > plan.errors.max_rejects:
+        raise BadDataError(
+            f"{rejected} rows of the source were rejected, more than max_rejects="
+            f"{plan.errors.max_rejects}; nothing of this load reached {t.qualified}. "
+            f"See {'.'.join(plan.reject_table or ())} for load {plan.load_id}"
+        )
     if not plan.staging_logged and rows:
         size = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
         if not size:
@@ -309,7 +345,7 @@ def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int]:
                 "Nothing reached the target; run the load again"
             )
     conn.commit()
-    return rows, nbytes
+    return rows, nbytes, rejected
 
 
 def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock) -> None:

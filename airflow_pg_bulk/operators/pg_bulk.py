@@ -20,7 +20,7 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
 )
 from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
-from airflow_pg_bulk.plan import CopyOptions, LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadPlan, LoadRequest, Settings
 
 _TERMINAL = (BadDataError, ConstraintViolationError, LoadRefusedError, IncompleteLoadError)
 UI_COLOR = "#d7e9f7"
@@ -86,6 +86,11 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param maintenance_work_mem: memory for index builds in finalize (e.g. ``"512MB"``).
     :param synchronous_commit: ``off`` (default) or ``on`` in COPY sessions.
     :param analyze: ANALYZE the new data in finalize (default True).
+    :param on_error: ``"fail"`` (default) or ``"reject"``: bad rows go to ``reject_table`` and
+        the rest load, unless there are more than ``max_rejects``.
+    :param max_rejects: the most rejected rows the whole load may have (with ``"reject"``).
+    :param reject_table: ``schema.table`` for rejected rows (default ``pgbulk_rejects`` in the
+        target's schema; created if missing; kept after the load).
     """
 
     template_fields: Sequence[str] = ("table", "source", "columns")
@@ -111,6 +116,9 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         maintenance_work_mem: str = Settings.maintenance_work_mem,
         synchronous_commit: str = Settings.synchronous_commit,
         analyze: bool = True,
+        on_error: str = "fail",
+        max_rejects: int = 0,
+        reject_table: str | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
@@ -130,6 +138,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         self.partitions = partitions
         self.partition_size = partition_size
         self.staging_logged = staging_logged
+        self.errors = ErrorPolicy(on_error, max_rejects, reject_table)
         self.settings = Settings(
             lock_timeout=lock_timeout,
             maintenance_work_mem=maintenance_work_mem,
@@ -149,6 +158,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             columns=tuple(self.columns) if self.columns is not None else None,
             staging_logged=self.staging_logged,
             settings=self.settings,
+            errors=self.errors,
             **({"partition_size": self.partition_size} if self.partition_size else {}),
         )
 
