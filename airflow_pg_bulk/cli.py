@@ -128,10 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``airflow-pg-bulk`` command."""
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.WARNING if args.quiet else logging.INFO,
-        format="%(asctime)s %(levelname)s %(message)s",
-        stream=sys.stderr,
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr
     )
+    logging.getLogger("airflow_pg_bulk").setLevel(logging.WARNING if args.quiet else logging.INFO)
     try:
         if args.command == "load":
             return _run_load(args)

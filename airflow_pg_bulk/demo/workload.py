@@ -126,4 +126,5 @@ def checksum(conn: Any, schema: str, table: str) -> tuple[int, str]:
             "SELECT count(*), coalesce(sum(hashtext(t::text)::bigint), 0)::text FROM {} t"
         ).format(sql.Identifier(schema, table)),
     )
+    conn.commit()
     return rows[0][0], rows[0][1]

@@ -1,0 +1,96 @@
+"""The command line: ``airflow-pg-bulk load`` and ``airflow-pg-bulk demo``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
+
+CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_load_command_loads_and_prints_summary(db, tmp_path):
+    create_items(db)
+    for n in range(3):
+        write_csv(
+            tmp_path / f"part-{n}.csv",
+            [(r[0] + 1000 * n, *r[1:]) for r in rows(200, n)],
+            header=["id", "name", "amount", "day", "note"],
+        )
+    whole = tmp_path / "all.data"
+    whole.write_bytes(
+        b"".join(
+            b"".join((tmp_path / f"part-{n}.csv").read_bytes().splitlines(keepends=True)[1:])
+            for n in range(3)
+        )
+    )
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+
+    done = run_cli(
+        "load",
+        "--conn",
+        db.dsn,
+        "--table",
+        db.table("items"),
+        "--source",
+        str(tmp_path / "part-0.csv"),
+        "--source",
+        str(tmp_path / "part-[12].csv"),
+        "--header",
+        "--mode",
+        "replace",
+        "--partitions",
+        "3",
+        "--json",
+    )
+
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert figures["rows"] == 600 and figures["partitions"] == 3
+    assert set(figures["seconds"]) >= {"prepare", "copy", "indexes", "swap"}
+    assert db.checksum("items") == expected
+
+
+def test_load_command_fails_with_error_on_stderr(db, tmp_path):
+    create_items(db)
+    path = tmp_path / "bad.csv"
+    path.write_text("1,a,1.0,2024-01-01,\n2,b,oops,2024-01-01,\n")
+
+    done = run_cli("load", "--conn", db.dsn, "--table", db.table("items"), "--source", str(path))
+
+    assert done.returncode == 1
+    assert f"{path} line 2, column amount" in done.stderr
+    assert "oops" in done.stderr
+    assert done.stdout == ""
+    assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 0
+    assert leftovers(db) == []
+
+
+def test_load_command_rejects_bad_arguments():
+    done = run_cli("load", "--table", "t")
+    assert done.returncode == 2
+    assert "--conn" in done.stderr
+
+
+def test_demo_without_airflow(pg_dsn):
+    done = run_cli("demo", "--conn", pg_dsn, "--meters", "300", "--days", "10", "--no-airflow")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Same 3,000 rows in every table" in done.stdout
+    assert "airflow-pg-bulk, in-process" in done.stdout
+
+
+@pytest.mark.slow
+def test_demo_with_airflow_scheduler(pg_dsn):
+    done = run_cli("demo", "--conn", pg_dsn, "--meters", "300", "--days", "10")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Same 3,000 rows in every table" in done.stdout
+    assert "Airflow DAG (trigger to success)" in done.stdout
+    assert "load_readings.copy[3]   success" in done.stdout
