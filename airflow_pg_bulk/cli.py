@@ -99,6 +99,9 @@ def _run_load(args: argparse.Namespace) -> int:
         args.conn,
         args.table,
         args.source,
+        columns=args.columns.split(",") if args.columns else None,
+        jobs=args.jobs,
+        driver=args.driver,
         format=args.format,
         header=args.header,
         delimiter=args.delimiter,
@@ -108,14 +111,11 @@ def _run_load(args: argparse.Namespace) -> int:
         encoding=args.encoding,
         mode=args.mode,
         partitions=args.partitions,
-        columns=args.columns.split(",") if args.columns else None,
         staging_logged=None if args.staging is None else args.staging == "logged",
-        settings=Settings(lock_timeout=args.lock_timeout),
+        lock_timeout=args.lock_timeout,
         on_error=args.on_error,
         max_rejects=args.max_rejects,
         reject_table=args.reject_table,
-        jobs=args.jobs,
-        driver=args.driver,
     )
     if args.json:
         print(json.dumps({**summary.to_dict(), "rows_per_second": summary.rows_per_second}))

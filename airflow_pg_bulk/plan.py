@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
@@ -397,3 +398,43 @@ class LoadRequest(PlainData):
         if self.staging_logged is not None:
             return self.staging_logged
         return self.mode == "replace"
+
+
+_REQUEST_OPTIONS = ("mode", "partitions", "partition_size", "staging_logged")
+_NESTED_OPTIONS: dict[str, type[PlainData]] = {
+    "copy": CopyOptions,
+    "settings": Settings,
+    "errors": ErrorPolicy,
+}
+LOAD_OPTIONS: frozenset[str] = frozenset(
+    [*_REQUEST_OPTIONS]
+    + [f.name for cls in _NESTED_OPTIONS.values() for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+)
+
+
+def request_from_options(
+    table: str, source: str | Sequence[str], columns: Sequence[str] | None = None, **options: Any
+) -> LoadRequest:
+    """A :class:`LoadRequest` from flat keyword options (``format=``, ``header=``, ``mode=``,
+    ``lock_timeout=``, ``on_error=``, ...): the names of the fields of :class:`CopyOptions`,
+    :class:`Settings` and :class:`ErrorPolicy`, plus ``mode``, ``partitions``,
+    ``partition_size`` and ``staging_logged``. ``None`` means the default. Whole objects may
+    be given too (``settings=Settings(...)``, ``copy=``, ``errors=``); flat options override
+    their fields."""
+    bases = {name: options.pop(name) for name in _NESTED_OPTIONS if name in options}
+    unknown = sorted(set(options) - LOAD_OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown load options {unknown}; known: {sorted(LOAD_OPTIONS)}")
+    given = {k: v for k, v in options.items() if v is not None}
+    nested = {}
+    for name, cls in _NESTED_OPTIONS.items():
+        fields = {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}  # type: ignore[arg-type]
+        base = bases.get(name)
+        nested[name] = dataclasses.replace(base, **fields) if base else cls(**fields)
+    return LoadRequest(
+        table=table,
+        source=(source,) if isinstance(source, str) else tuple(source),
+        columns=tuple(columns) if columns is not None else None,
+        **{k: given[k] for k in _REQUEST_OPTIONS if k in given},
+        **nested,
+    )

@@ -14,7 +14,7 @@ from typing import Any
 from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk.driver import connect
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
-from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.plan import LoadPlan, request_from_options
 
 log = logging.getLogger(__name__)
 
@@ -92,25 +92,11 @@ def load(
     table: str,
     source: str | Sequence[str],
     *,
-    format: str = "csv",
-    header: bool = False,
-    delimiter: str | None = None,
-    null: str | None = None,
-    quote: str = '"',
-    escape: str | None = None,
-    encoding: str = "UTF8",
-    mode: str = "replace",
-    partitions: int | None = None,
-    partition_size: int | None = None,
     columns: Sequence[str] | None = None,
-    staging_logged: bool | None = None,
-    settings: Settings | None = None,
-    on_error: str = "fail",
-    max_rejects: int = 0,
-    reject_table: str | None = None,
     jobs: int | None = None,
     driver: str = "psycopg",
     load_id: str | None = None,
+    **options: Any,
 ) -> LoadSummary:
     """Load files into a PostgreSQL table, in one process: prepare, parallel COPY, finalize,
     and cleanup (always).
@@ -118,36 +104,21 @@ def load(
     :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
     :param table: the target, ``schema.table``; it must exist.
     :param source: a path, a glob, or a list of them.
+    :param columns: target columns the fields fill, for files without a header.
     :param jobs: COPY connections at once; default ``min(partitions, 4)``.
     :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.
     :param load_id: reuse a load id (12 hex characters) to resume a load whose partitions
         were partly committed; default: a new one.
+    :param options: every option of ``PgBulkPrepareOperator``
+        (``format``, ``header``, ``delimiter``, ``null``, ``quote``, ``escape``, ``encoding``,
+        ``mode``, ``partitions``, ``partition_size``, ``staging_logged``, ``lock_timeout``,
+        ``maintenance_work_mem``, ``synchronous_commit``, ``analyze``, ``on_error``,
+        ``max_rejects``, ``reject_table``); see :func:`~airflow_pg_bulk.plan.request_from_options`.
 
-    The other parameters are those of :class:`~airflow_pg_bulk.plan.LoadRequest`,
-    :class:`~airflow_pg_bulk.plan.CopyOptions` and :class:`~airflow_pg_bulk.plan.ErrorPolicy`.
     Returns the load's figures.
     """
     factory = connection_factory(conn, driver)
-    request = LoadRequest(
-        table=table,
-        source=(source,) if isinstance(source, str) else tuple(source),
-        copy=CopyOptions(
-            format=format,
-            header=header,
-            delimiter=delimiter,
-            null=null,
-            quote=quote,
-            escape=escape,
-            encoding=encoding,
-        ),
-        mode=mode,
-        partitions=partitions,
-        columns=tuple(columns) if columns is not None else None,
-        staging_logged=staging_logged,
-        settings=settings or Settings(),
-        errors=ErrorPolicy(on_error, max_rejects, reject_table),
-        **({"partition_size": partition_size} if partition_size else {}),
-    )
+    request = request_from_options(table, source, columns, **options)
     load_id = load_id or naming.new_load_id()
     clock = PhaseClock()
     main = factory()

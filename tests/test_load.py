@@ -64,18 +64,18 @@ def test_header_in_other_order_is_mapped_by_name(db, connect, tmp_path):
 
 def test_gzip_files_match_plain_copy(db, connect, tmp_path):
     create_items(db)
-    parts = []
-    for n in range(3):
-        data = rows(800, seed=n)
-        data = [(r[0] + n * 1000, *r[1:]) for r in data]
-        parts.append(gzip_file(write_csv(tmp_path / f"part{n}.csv", data)))
+    for n in range(5):
+        data = [(r[0] + n * 1000, *r[1:]) for r in rows(600 + 100 * n, seed=n)]
+        gzip_file(write_csv(tmp_path / f"part{n}.csv", data))
     whole = tmp_path / "whole.csv"
-    whole.write_bytes(b"".join((tmp_path / f"part{n}.csv").read_bytes() for n in range(3)))
+    whole.write_bytes(b"".join((tmp_path / f"part{n}.csv").read_bytes() for n in range(5)))
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
-    summary = runner.load(connect, db.table("items"), str(tmp_path / "part*.csv.gz"), partitions=3)
+    summary = runner.load(
+        connect, db.table("items"), str(tmp_path / "part*.csv.gz"), partitions=4
+    )
 
-    assert summary.partitions == 3
+    assert summary.partitions == 4
     assert db.checksum("items") == expected
 
 

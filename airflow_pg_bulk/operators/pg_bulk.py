@@ -20,7 +20,7 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
 )
 from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
-from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.plan import LOAD_OPTIONS, LoadPlan, LoadRequest, request_from_options
 
 _TERMINAL = (BadDataError, ConstraintViolationError, LoadRefusedError, IncompleteLoadError)
 UI_COLOR = "#d7e9f7"
@@ -100,67 +100,20 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         *,
         table: str,
         source: str | Sequence[str],
-        format: str = "csv",
-        header: bool = False,
-        delimiter: str | None = None,
-        null: str | None = None,
-        quote: str = '"',
-        escape: str | None = None,
-        encoding: str = "UTF8",
-        mode: str = "replace",
-        partitions: int | None = None,
-        partition_size: int | None = None,
         columns: Sequence[str] | None = None,
-        staging_logged: bool | None = None,
-        lock_timeout: str = Settings.lock_timeout,
-        maintenance_work_mem: str = Settings.maintenance_work_mem,
-        synchronous_commit: str = Settings.synchronous_commit,
-        analyze: bool = True,
-        on_error: str = "fail",
-        max_rejects: int = 0,
-        reject_table: str | None = None,
         **kwargs: Any,
     ) -> None:
+        options = {name: kwargs.pop(name) for name in list(kwargs) if name in LOAD_OPTIONS}
         super().__init__(**kwargs)
         self.table = table
         self.source = source
         self.columns = columns
-        self.copy_options = CopyOptions(
-            format=format,
-            header=header,
-            delimiter=delimiter,
-            null=null,
-            quote=quote,
-            escape=escape,
-            encoding=encoding,
-        )
-        self.mode = mode
-        self.partitions = partitions
-        self.partition_size = partition_size
-        self.staging_logged = staging_logged
-        self.errors = ErrorPolicy(on_error, max_rejects, reject_table)
-        self.settings = Settings(
-            lock_timeout=lock_timeout,
-            maintenance_work_mem=maintenance_work_mem,
-            synchronous_commit=synchronous_commit,
-            analyze=analyze,
-        )
+        self.load_options = options
+        request_from_options(table, source, columns, **options)  # bad options fail at parse time
 
     def build_request(self) -> LoadRequest:
         """The load request from the (rendered) arguments."""
-        source = (self.source,) if isinstance(self.source, str) else tuple(self.source)
-        return LoadRequest(
-            table=self.table,
-            source=source,
-            copy=self.copy_options,
-            mode=self.mode,
-            partitions=self.partitions,
-            columns=tuple(self.columns) if self.columns is not None else None,
-            staging_logged=self.staging_logged,
-            settings=self.settings,
-            errors=self.errors,
-            **({"partition_size": self.partition_size} if self.partition_size else {}),
-        )
+        return request_from_options(self.table, self.source, self.columns, **self.load_options)
 
     def execute(self, context: Context) -> list[int]:
         request = self.build_request()
