@@ -86,6 +86,13 @@ def execute(conn: Any, statement: pg3sql.Composable) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in cur.fetchall()]
 
 
+def execute_count(conn: Any, statement: pg3sql.Composable) -> int:
+    """Run one statement; return the number of rows it affected."""
+    with plain_cursor(conn) as cur:
+        cur.execute(native(conn, statement))
+        return int(cur.rowcount)
+
+
 def scalar(conn: Any, statement: pg3sql.Composable) -> Any:
     """The first column of the first row, or None."""
     rows = execute(conn, statement)
@@ -147,6 +154,17 @@ def is_database_error(exc: BaseException) -> bool:
     """True for an error raised by either driver."""
     module = type(exc).__module__.split(".")[0]
     return module in {"psycopg", "psycopg2"} and hasattr(exc, "diag")
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """True when the connection to the server broke (no SQLSTATE, or class 08)."""
+    if not is_database_error(exc) or type(exc).__name__ not in {
+        "OperationalError",
+        "InterfaceError",
+    }:
+        return False
+    sqlstate = getattr(exc, "sqlstate", None) or getattr(exc, "pgcode", None)
+    return sqlstate is None or sqlstate.startswith("08")
 
 
 def server_error(exc: BaseException) -> ServerError:

@@ -12,7 +12,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from airflow_pg_bulk import catalog, naming, rejects, sources, sql
-from airflow_pg_bulk.driver import copy_in, execute, is_database_error, scalar, server_error
+from airflow_pg_bulk.driver import (
+    copy_in,
+    execute,
+    execute_count,
+    is_connection_lost,
+    is_database_error,
+    scalar,
+    server_error,
+)
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
     BadDataError,
@@ -257,6 +265,11 @@ def _safe_rollback(conn: Any) -> None:
 
 
 def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
+    if is_connection_lost(exc):
+        return TransientLoadError(
+            f"loading {piece.path} into {plan.target.qualified}: the connection to the server "
+            f"was lost ({str(exc).strip()}); nothing of this partition was committed"
+        )
     if not is_database_error(exc):
         return exc
     err = server_error(exc)
@@ -304,9 +317,9 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
         with clock.phase("check"):
             rows, nbytes, rejected = _check_ledger(conn, plan)
         if plan.mode == "replace":
-            _finalize_replace(conn, plan, clock)
+            _finalize_replace(conn, plan, clock, rows)
         else:
-            _finalize_append(conn, plan, clock)
+            _finalize_append(conn, plan, clock, rows)
     except BaseException as exc:
         _safe_rollback(conn)
         raise _finalize_error(exc, plan) from exc
@@ -348,12 +361,26 @@ def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int]:
     return rows, nbytes, rejected
 
 
-def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock) -> None:
+def _staging_lost(plan: LoadPlan, staged: int, rows: int) -> IncompleteLoadError:
+    return IncompleteLoadError(
+        f"load {plan.load_id}: the unlogged staging table {plan.staging_table} holds {staged} "
+        f"rows but the ledger records {rows}: a server crash emptied it after some partitions "
+        f"had committed. Nothing reached {plan.target.qualified}; run the whole load again "
+        "(clear its prepare task)"
+    )
+
+
+def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> None:
     t = plan.target
     with clock.phase("insert"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
-        execute(conn, sql.insert_from_staging(t.schema, t.table, plan.staging_table, plan.columns))
+        inserted = execute_count(
+            conn, sql.insert_from_staging(t.schema, t.table, plan.staging_table, plan.columns)
+        )
+        if inserted != rows:
+            conn.rollback()
+            raise _staging_lost(plan, inserted, rows)
         conn.commit()
     if plan.settings.analyze:
         with clock.phase("analyze"):
@@ -361,17 +388,23 @@ def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock) -> None:
             conn.commit()
 
 
-def _finalize_replace(conn: Any, plan: LoadPlan, clock: PhaseClock) -> None:
+def _finalize_replace(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> None:
     """Build on staging what the target has; steps already done by an earlier attempt of this
     finalize are skipped, so a retry goes on where the last one stopped."""
     t = plan.target
     stage = plan.staging_table
     built = _staging_state(conn, plan)
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
-    if built.get(("persistence", "u")) is not None and t.persistence == "p":
-        with clock.phase("set_logged"):
-            execute(conn, sql.set_logged(t.schema, stage))
-            conn.commit()
+    if ("persistence", "u") in built:
+        if t.persistence == "p":
+            with clock.phase("set_logged"):
+                execute(conn, sql.set_logged(t.schema, stage))
+                conn.commit()
+        # Logged now (or never: an unlogged target): check no crash emptied staging before.
+        staged = scalar(conn, sql.count_rows(t.schema, stage))
+        conn.commit()
+        if staged != rows:
+            raise _staging_lost(plan, staged, rows)
     index_names = {idx.name: naming.temp_index(plan.load_id, n) for n, idx in enumerate(t.indexes)}
     constraint_names = {
         con.name: naming.temp_constraint(plan.load_id, n) for n, con in enumerate(t.constraints)
@@ -529,10 +562,16 @@ def _restore_properties(conn: Any, t: TargetDefinition) -> None:
 
 
 def _finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
+    t = plan.target
+    if is_connection_lost(exc):
+        return TransientLoadError(
+            f"finalize of {t.qualified}: the connection to the server was lost "
+            f"({str(exc).strip()}); the target is unchanged unless the swap had committed, "
+            "and a retry goes on where this attempt stopped"
+        )
     if not isinstance(exc, Exception) or not is_database_error(exc):
         return exc
     err = server_error(exc)
-    t = plan.target
     if err.sqlstate in TRANSIENT_SQLSTATES:
         return TransientLoadError(
             f"finalize of {t.qualified}: {err.message} (lock_timeout is "

@@ -68,8 +68,9 @@ def new_rows(count: int = 400):
     ]
 
 
+@pytest.mark.parametrize("staging_logged", [True, False], ids=["logged", "unlogged"])
 def test_replace_keeps_indexes_constraints_triggers_grants_comments_and_views(
-    db, connect, tmp_path
+    db, connect, tmp_path, staging_logged
 ):
     build_rich_target(db)
     before = catalog_snapshot(db, "Items")
@@ -80,6 +81,7 @@ def test_replace_keeps_indexes_constraints_triggers_grants_comments_and_views(
         f'{db.schema}."Items"',
         str(path),
         partitions=4,
+        staging_logged=staging_logged,
         columns=["id", "name", "amount", "gid", "day", "note"],
     )
 
