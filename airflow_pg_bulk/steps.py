@@ -326,7 +326,14 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     summary = LoadSummary(
         t.qualified, plan.mode, rows, nbytes, len(plan.partitions), clock.seconds, rejected
     )
-    log.info("Finalized load %s: %s", plan.load_id, summary.describe())
+    log.info(
+        "Finalized load %s: %d rows now in %s (%s); finalize phases: %s",
+        plan.load_id,
+        rows,
+        t.qualified,
+        plan.mode,
+        ", ".join(f"{name} {secs:.2f} s" for name, secs in clock.seconds.items()),
+    )
     return summary
 
 
