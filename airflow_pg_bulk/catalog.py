@@ -155,6 +155,25 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
     )
 
 
+def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) -> None:
+    """Raise :class:`LoadRefusedError` before anything is loaded when the session's role lacks
+    a privilege the load needs (see the README's privileges table)."""
+    owner, insert, create, role = execute(conn, sql.loader_privileges(target.oid))[0]
+    name = target.qualified
+    if mode == "replace" and not owner:
+        raise LoadRefusedError(
+            f"replace of {name} needs the role {role} to own it (its owner is {target.owner}; "
+            f"e.g. GRANT {target.owner} TO {role}); or use mode='append'"
+        )
+    if mode == "append" and not insert:
+        raise LoadRefusedError(f"append to {name} needs INSERT on it for the role {role}")
+    if not create:
+        raise LoadRefusedError(
+            f"the load needs CREATE on schema {target.schema} for the role {role}: its staging "
+            "and ledger tables are created there"
+        )
+
+
 def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
     """Raise :class:`LoadRefusedError` when ``mode`` cannot keep the target intact."""
     if mode == "replace" and target.unsupported:

@@ -8,11 +8,15 @@ against ``copy_expert`` with a file-like reader.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
+from urllib.parse import unquote
 
 from psycopg import sql as pg3sql
+
+from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
 
 COPY_BUFFER = 1 << 20  # bytes handed to the driver per write; see docs/tuning.md
 
@@ -150,6 +154,11 @@ def copy_in(conn: Any, statement: pg3sql.Composable, chunks: Iterable[bytes]) ->
         return int(cur.rowcount)
 
 
+def server_version(conn: Any) -> int:
+    """The server's version number (e.g. 150020 or 180006)."""
+    return int(conn.server_version if is_psycopg2(conn) else conn.info.server_version)
+
+
 def is_database_error(exc: BaseException) -> bool:
     """True for an error raised by either driver."""
     module = type(exc).__module__.split(".")[0]
@@ -182,13 +191,43 @@ def server_error(exc: BaseException) -> ServerError:
 
 
 def connect(dsn: str, driver: str = "psycopg", *, application_name: str = "airflow-pg-bulk") -> Any:
-    """Open a connection with the chosen driver (``psycopg`` or ``psycopg2``)."""
-    if driver == "psycopg2":
-        import psycopg2
+    """Open a connection with the chosen driver (``psycopg`` or ``psycopg2``).
 
-        return psycopg2.connect(dsn, application_name=application_name)
-    if driver == "psycopg":
+    A failure raises :class:`TransientLoadError` (the server did not answer or refused) or
+    :class:`LoadRefusedError` (a malformed DSN) with any password in the DSN masked, and
+    without chaining the driver's error, whose text may quote the DSN."""
+    if driver not in ("psycopg", "psycopg2"):
+        raise ValueError(f"driver must be 'psycopg' or 'psycopg2', not {driver!r}")
+    try:
+        if driver == "psycopg2":
+            import psycopg2
+
+            return psycopg2.connect(dsn, application_name=application_name)
         import psycopg
 
         return psycopg.connect(dsn, application_name=application_name)
-    raise ValueError(f"driver must be 'psycopg' or 'psycopg2', not {driver!r}")
+    except Exception as exc:
+        message = redact(str(exc).strip(), dsn)
+        if type(exc).__name__ == "OperationalError":
+            raise TransientLoadError(f"cannot connect to the database: {message}") from None
+        raise LoadRefusedError(f"cannot use the connection string: {message}") from None
+
+
+_PASSWORD_PATTERNS = (
+    re.compile(r"password\s*=\s*'((?:[^'\\]|\\.)*)'"),
+    re.compile(r"password\s*=\s*([^\s']\S*)"),
+    re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^:@/?#]*:([^@/?#]*)@"),
+    re.compile(r"[?&]password=([^&#]*)"),
+)
+
+
+def redact(text: str, dsn: str) -> str:
+    """``text`` with every password found in ``dsn`` (key=value or URI form) masked."""
+    secrets: set[str] = set()
+    for pattern in _PASSWORD_PATTERNS:
+        for match in pattern.finditer(dsn):
+            value = match.group(1)
+            secrets.update(v for v in (value, unquote(value)) if v)
+    for secret in sorted(secrets, key=len, reverse=True):
+        text = text.replace(secret, "****")
+    return text

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 
-_COPY_CONTEXT = re.compile(r"^COPY [^,]+, line (\d+)(?:, column (.*?))?(?:: \"(.*)\")?$", re.S)
+_COPY_CONTEXT = re.compile(
+    r'COPY [^,\n]+, line (\d+)(?:, column (.*?))?(?:: "(.*)"|: null input)?\s*\Z', re.S
+)
 
 
 class PgBulkError(Exception):
@@ -78,9 +80,10 @@ def is_data_sqlstate(sqlstate: str | None) -> bool:
 
 
 def parse_copy_context(context: str | None) -> tuple[int | None, str | None, str | None]:
-    """COPY's ``line N``, column and quoted value from an error's CONTEXT, when it has them."""
-    for text in (context or "").splitlines():
-        match = _COPY_CONTEXT.match(text.strip())
-        if match:
-            return int(match.group(1)), match.group(2), match.group(3)
-    return None, None, None
+    """COPY's ``line N``, column and quoted value from an error's CONTEXT, when it has them.
+
+    The quoted value (or the whole record) may span lines: a CSV record with quoted newlines."""
+    match = _COPY_CONTEXT.search(context or "")
+    if not match:
+        return None, None, None
+    return int(match.group(1)), match.group(2), match.group(3)

@@ -48,11 +48,13 @@ def copy_rejecting(
     statement: sql.Composable,
     rejected_before: int,
     wrap: Wrap,
+    end_marker: str | None = None,
 ) -> PieceOutcome:
     """Load ``piece``, recording each bad row in the plan's reject table.
 
     ``rejected_before``: rows this partition rejected in earlier pieces (the limit counts them).
-    ``wrap`` wraps each byte stream (progress counting)."""
+    ``wrap`` wraps each byte stream (progress counting); ``end_marker``: see
+    :func:`~airflow_pg_bulk.sources.piece_chunks`."""
     assert plan.reject_table is not None
     outcome = PieceOutcome()
     with ExitStack() as stack:
@@ -68,7 +70,9 @@ def copy_rejecting(
             )
             try:
                 outcome.rows += copy_in(
-                    conn, statement, wrap(sources.piece_chunks(part, plan.copy))
+                    conn,
+                    statement,
+                    wrap(sources.piece_chunks(part, plan.copy, refuse_end_marker=end_marker)),
                 )
                 execute(conn, sql.release(SAVEPOINT))
                 break

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from airflow_pg_bulk import splitting
@@ -92,16 +92,27 @@ def read_header(file: SourceFile, opts: CopyOptions) -> tuple[list[str], int]:
             ) from exc
     if not record:
         return [], 0
-    names = splitting.parse_header(
-        record,
-        syntax_of(opts),
-        delimiter=opts.effective_delimiter.encode(),
-        encoding=python_encoding(opts.encoding),
-    )
+    try:
+        names = splitting.parse_header(
+            record,
+            syntax_of(opts),
+            delimiter=opts.effective_delimiter.encode(),
+            encoding=python_encoding(opts.encoding),
+        )
+    except ValueError as exc:  # UnicodeDecodeError is one
+        raise BadDataError(
+            f"{file.path} line 1: cannot read the header: {exc}", path=file.path, line=1
+        ) from None
     return names, len(record)
 
 
-_PYTHON_CODECS = {"UTF8": "utf-8", "SQLASCII": "latin-1", "LATIN1": "latin-1"}
+_PYTHON_CODECS = {
+    "UTF8": "utf-8",
+    "SQLASCII": "latin-1",
+    "LATIN1": "latin-1",
+    "KOI8R": "koi8_r",
+    "KOI8U": "koi8_u",
+}
 
 
 def python_encoding(pg_encoding: str) -> str:
@@ -207,9 +218,38 @@ def _split_file(
     line = 1 + splitting.count_newlines(file.path, 0, start, newline=newline)
     for begin, end in itertools.pairwise(bounds):
         if end > begin:
+            if begin > start:
+                _check_line_ending(file.path, begin, line, syntax, newline)
             pieces.append(Piece(file.path, begin, end, line))
             line += splitting.count_newlines(file.path, begin, end, newline=newline)
     return pieces
+
+
+_ENDINGS = {b"\r\n": "CRLF", b"\n": "LF", b"\r": "CR"}
+
+
+def _check_line_ending(
+    path: str, start: int, line: int, syntax: splitting.RecordSyntax, newline: bytes
+) -> None:
+    """A COPY session takes its line ending from its first line and rejects others; one COPY of
+    the whole file would reject a file whose line endings change, so a part that starts just
+    where they change must be refused too, not loaded by a session that never saw the switch."""
+    with open(path, "rb") as f:
+        f.seek(start)
+        record = splitting.first_record(f, syntax)
+    ending = next((e for e in _ENDINGS if record.endswith(e)), None)
+    if ending is not None and ending != newline:
+        # COPY's own words for the first stray byte: an LF where it expects CR(LF), or a CR.
+        stray = "newline" if newline == b"\r" or ending == b"\n" else "carriage return"
+        kind = "unquoted" if syntax.is_csv else "literal"
+        raise BadDataError(
+            f"{path} line {line}: {kind} {stray} found in data (this line ends with "
+            f"{_ENDINGS[ending]} but the file's first line with "
+            f"{_ENDINGS.get(newline, repr(newline))}: COPY rejects a file whose line endings "
+            "change)",
+            path=path,
+            line=line,
+        )
 
 
 def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
@@ -229,8 +269,22 @@ def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
     return result
 
 
-def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int = READ_CHUNK) -> Iterator[bytes]:
-    """The piece's bytes, in chunks of at most ``chunk_size`` (decompressed, header dropped)."""
+def piece_chunks(
+    piece: Piece,
+    opts: CopyOptions,
+    chunk_size: int = READ_CHUNK,
+    *,
+    refuse_end_marker: str | None = None,
+) -> Iterator[bytes]:
+    """The piece's bytes, in chunks of at most ``chunk_size`` (decompressed, header dropped).
+
+    :param refuse_end_marker: the target's name: fail on a line holding only ``\\.`` (which
+        the COPY at hand would take for the end of its input; see :func:`guard_end_marker`).
+    """
+    if refuse_end_marker:
+        chunks = piece_chunks(piece, opts, chunk_size)
+        yield from guard_end_marker(chunks, piece, refuse_end_marker)
+        return
     if piece.compression == "gzip":
         yield from _gzip_chunks(piece, syntax_of(opts), chunk_size)
         return
@@ -244,6 +298,56 @@ def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int = READ_CHUNK) 
             if remaining is not None:
                 remaining -= len(chunk)
             yield chunk
+
+
+def guard_end_marker(chunks: Iterable[bytes], piece: Piece, target: str) -> Iterator[bytes]:
+    """Pass ``chunks`` (the bytes of ``piece``) through, refusing a line that holds only ``\\.``.
+
+    COPY FROM STDIN ends its input at such a line (text format; csv before PostgreSQL 18) and
+    silently ignores every row after it. One COPY of the whole file would quietly load only the
+    rows before it; split into partitions, the rest of the file would still load. Neither is
+    what the file says, so the load fails and names the line."""
+    carry = b""  # the last bytes already passed on, to see a marker that spans two chunks
+    offset = 0  # stream offset of buf[0]
+    newlines = 0  # LFs before buf[0] (for compressed pieces, whose lines are counted here)
+    for chunk in itertools.chain(chunks, [None]):
+        buf = carry + (chunk or b"")
+        found = _end_marker(buf, offset == 0, chunk is None)
+        if found >= 0:
+            if piece.compression:
+                line = piece.first_line + newlines + buf[:found].count(b"\n")
+            else:
+                nl = splitting.detect_newline(piece.path)
+                line = 1 + splitting.count_newlines(
+                    piece.path, 0, piece.start + offset + found, newline=nl
+                )
+            raise BadDataError(
+                f"{piece.path} line {line}: a line holding only \\. ends COPY's input, and "
+                f"PostgreSQL would silently skip every row after it; nothing of this load "
+                f"reached {target}. Quote that field or remove the line",
+                path=piece.path,
+                line=line,
+            )
+        if chunk is None:
+            return
+        yield chunk  # a marker found later aborts the COPY before the server reads past it
+        carry = buf[-3:]
+        passed = buf[: len(buf) - len(carry)]
+        offset += len(passed)
+        newlines += passed.count(b"\n")
+
+
+def _end_marker(buf: bytes, at_stream_start: bool, final: bool) -> int:
+    """Offset of a ``\\.`` line in ``buf``, or -1 (or -1 for now when ``buf`` ends too soon
+    to tell and more is to come)."""
+    pos = buf.find(b"\\.")
+    while pos >= 0:
+        line_start = (pos == 0 and at_stream_start) or (pos > 0 and buf[pos - 1] in b"\r\n")
+        after = buf[pos + 2 : pos + 3]
+        if line_start and (after in (b"\r", b"\n") or (after == b"" and final)):
+            return pos
+        pos = buf.find(b"\\.", pos + 1)
+    return -1
 
 
 def _gzip_chunks(piece: Piece, syntax: splitting.RecordSyntax, chunk_size: int) -> Iterator[bytes]:
@@ -272,10 +376,29 @@ def _gzip_chunks(piece: Piece, syntax: splitting.RecordSyntax, chunk_size: int) 
             yield chunk
 
 
+def _locate_transcoded(
+    piece: Piece, record_number: int, opts: CopyOptions, syntax: splitting.RecordSyntax
+) -> tuple[int, int]:
+    """:func:`locate` for encodings whose multi-byte characters may hold ``\\`` or quote
+    bytes (SJIS, BIG5, GBK, ...): scan the piece re-encoded as UTF-8, where they cannot."""
+    raw = b"".join(piece_chunks(piece, opts))
+    text = raw.decode(python_encoding(opts.encoding), errors="replace")
+    with tempfile.NamedTemporaryFile(suffix=".utf8") as tmp:
+        tmp.write(text.encode("utf-8"))
+        tmp.flush()
+        first, last = splitting.record_line_numbers(
+            tmp.name, 0, os.path.getsize(tmp.name), record_number, syntax
+        )
+    offset = piece.first_line - 1
+    return first + offset, last + offset
+
+
 def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, int]:
     """Physical (first, last) line numbers, in the file, of the piece's ``record_number``-th
     record (as COPY counts records: a quoted newline does not start a new one)."""
     syntax = syntax_of(opts)
+    if not splitting.can_split(opts.encoding):
+        return _locate_transcoded(piece, record_number, opts, syntax)
     if piece.compression != "gzip":
         return splitting.record_line_numbers(
             piece.path, piece.start, piece.end or os.path.getsize(piece.path), record_number, syntax

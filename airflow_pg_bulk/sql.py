@@ -81,6 +81,16 @@ def find_table(schema: str, table: str) -> Composed:
     ).format(Literal(schema), Literal(table))
 
 
+def loader_privileges(oid: int) -> Composed:
+    """Whether the session's role may own-operate, insert into, and create beside the target:
+    (owner or member of the owner, INSERT, CREATE on its schema, current_user)."""
+    return SQL(
+        "SELECT pg_has_role(c.relowner, 'USAGE'), has_table_privilege(c.oid, 'INSERT'),"
+        " has_schema_privilege(c.relnamespace, 'CREATE'), current_user::text"
+        " FROM pg_class c WHERE c.oid = {}"
+    ).format(Literal(oid))
+
+
 def table_columns(oid: int) -> Composed:
     """Columns in order: name, type, not null, generated, identity kind, comment."""
     return SQL(

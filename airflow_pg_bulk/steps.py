@@ -20,6 +20,7 @@ from airflow_pg_bulk.driver import (
     is_database_error,
     scalar,
     server_error,
+    server_version,
 )
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
@@ -61,6 +62,7 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
     try:
         target = catalog.capture(conn, schema, table)
         catalog.refuse_unsupported(target, request.mode)
+        catalog.refuse_without_privileges(conn, target, request.mode)
         conn.rollback()
         files = sources.resolve(request.source)
         loadable = [c.name for c in target.columns if not c.generated]
@@ -212,6 +214,7 @@ def copy_partition(
             return PartitionResult(index, rows, nbytes, seconds, skipped=True, rejects=rejected)
         rows = nbytes = rejected = 0
         statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
+        end_marker = t.qualified if _ends_at_marker(conn, plan) else None
         for piece in part.pieces:
             if plan.errors.rejecting:
                 outcome = rejects.copy_rejecting(
@@ -221,6 +224,7 @@ def copy_partition(
                     statement,
                     rejected,
                     lambda chunks, done=nbytes: _Counted(chunks, progress, done, part.bytes),
+                    end_marker,
                 )
                 rows, nbytes, rejected = (
                     rows + outcome.rows,
@@ -228,7 +232,8 @@ def copy_partition(
                     rejected + outcome.rejects,
                 )
                 continue
-            counted = _Counted(sources.piece_chunks(piece, plan.copy), progress, nbytes, part.bytes)
+            chunks = sources.piece_chunks(piece, plan.copy, refuse_end_marker=end_marker)
+            counted = _Counted(chunks, progress, nbytes, part.bytes)
             try:
                 rows += copy_in(conn, statement, counted)
             except Exception as exc:
@@ -257,6 +262,12 @@ def copy_partition(
     return PartitionResult(index, rows, nbytes, seconds, rejects=rejected)
 
 
+def _ends_at_marker(conn: Any, plan: LoadPlan) -> bool:
+    """Whether this server's COPY FROM STDIN stops at a line holding only ``\\.`` for the
+    plan's format (text always; csv before PostgreSQL 18)."""
+    return plan.copy.format == "text" or server_version(conn) < 180000
+
+
 def _safe_rollback(conn: Any) -> None:
     try:
         conn.rollback()
@@ -283,13 +294,17 @@ def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
     where = piece.path
     line = None
     if record is not None:
-        first, last = sources.locate(piece, record, plan.copy)
-        line = first
-        where += f" line {first}" if first == last else f" lines {first}-{last}"
+        try:
+            first, last = sources.locate(piece, record, plan.copy)
+        except ValueError:  # the file's bytes cannot be read the way the server read them
+            where += f" (record {record} of the part starting at line {piece.first_line})"
+        else:
+            line = first
+            where += f" line {first}" if first == last else f" lines {first}-{last}"
     if column:
         where += f", column {column}"
     value = _truncate(quoted) if quoted is not None else None
-    message = f"{where}: {err.message}"
+    message = f"{where}: {_truncate(err.message, 300)}"
     if value is not None and value not in err.message:
         message += f" (value {value!r})"
     if err.detail:
@@ -298,8 +313,8 @@ def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
     return BadDataError(message, path=piece.path, line=line, column=column, value=value)
 
 
-def _truncate(value: str) -> str:
-    return value if len(value) <= _VALUE_LIMIT else value[:_VALUE_LIMIT] + "..."
+def _truncate(value: str, limit: int = _VALUE_LIMIT) -> str:
+    return value if len(value) <= limit else value[:limit] + "..."
 
 
 # --- finalize --------------------------------------------------------------------------------
@@ -412,10 +427,7 @@ def _finalize_replace(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -
         conn.commit()
         if staged != rows:
             raise _staging_lost(plan, staged, rows)
-    index_names = {idx.name: naming.temp_index(plan.load_id, n) for n, idx in enumerate(t.indexes)}
-    constraint_names = {
-        con.name: naming.temp_constraint(plan.load_id, n) for n, con in enumerate(t.constraints)
-    }
+    index_names, constraint_names = _temp_names(plan)
     with clock.phase("indexes"):
         for index in t.indexes:
             name = index_names[index.name]
@@ -439,6 +451,26 @@ def _finalize_replace(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -
             conn.commit()
     with clock.phase("swap"):
         _swap(conn, plan, index_names, constraint_names)
+
+
+def _temp_names(plan: LoadPlan) -> tuple[dict[str, str], dict[str, str]]:
+    """Original → temporary names of the indexes and constraints built on staging."""
+    t = plan.target
+    indexes = {idx.name: naming.temp_index(plan.load_id, n) for n, idx in enumerate(t.indexes)}
+    constraints = {
+        con.name: naming.temp_constraint(plan.load_id, n) for n, con in enumerate(t.constraints)
+    }
+    return indexes, constraints
+
+
+def _original_names(plan: LoadPlan, text: str) -> str:
+    """``text`` with the temporary names of staging objects replaced by the target's own."""
+    indexes, constraints = _temp_names(plan)
+    back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
+    back[plan.staging_table] = plan.target.table
+    for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
+        text = text.replace(temp, back[temp])
+    return text
 
 
 def _staging_state(conn: Any, plan: LoadPlan) -> dict[tuple[str, str], bool | None]:
@@ -586,10 +618,13 @@ def _finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
         )
     if is_data_sqlstate(err.sqlstate):
         constraint = f" ({err.constraint})" if err.constraint else ""
-        detail = f": {err.detail}" if err.detail else ""
+        detail = f": {err.detail.rstrip('.')}" if err.detail else ""
         return ConstraintViolationError(
-            f"the loaded rows break a constraint of {t.qualified}{constraint}: {err.message}"
-            f"{detail}. The target is unchanged"
+            _original_names(
+                plan,
+                f"the loaded rows break a constraint of {t.qualified}{constraint}: "
+                f"{_truncate(err.message, 300)}{_truncate(detail, 300)}. The target is unchanged",
+            )
         )
     return exc
 

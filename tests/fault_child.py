@@ -31,9 +31,11 @@ def main() -> None:
     real_chunks = sources.piece_chunks
     announced = False
 
-    def slow_chunks(piece: Piece, opts: CopyOptions, chunk_size: int = CHUNK) -> Iterator[bytes]:
+    def slow_chunks(
+        piece: Piece, opts: CopyOptions, chunk_size: int = CHUNK, **kwargs: object
+    ) -> Iterator[bytes]:
         nonlocal announced
-        for chunk in real_chunks(piece, opts, chunk_size=CHUNK):
+        for chunk in real_chunks(piece, opts, chunk_size=CHUNK, **kwargs):
             yield chunk
             if not announced:
                 announced = True

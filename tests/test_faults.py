@@ -91,8 +91,10 @@ def slow_chunks(
 ) -> Callable[..., Iterator[bytes]]:
     """A ``sources.piece_chunks`` that feeds COPY slowly, so it is caught mid-stream."""
 
-    def chunks(piece: Any, opts: Any, chunk_size: int = sources.READ_CHUNK) -> Iterator[bytes]:
-        for data in REAL_PIECE_CHUNKS(piece, opts, chunk_size=chunk):
+    def chunks(
+        piece: Any, opts: Any, chunk_size: int = sources.READ_CHUNK, **kwargs: Any
+    ) -> Iterator[bytes]:
+        for data in REAL_PIECE_CHUNKS(piece, opts, chunk_size=chunk, **kwargs):
             yield data
             if started is not None:
                 started.set()

@@ -71,9 +71,7 @@ def test_gzip_files_match_plain_copy(db, connect, tmp_path):
     whole.write_bytes(b"".join((tmp_path / f"part{n}.csv").read_bytes() for n in range(5)))
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
-    summary = runner.load(
-        connect, db.table("items"), str(tmp_path / "part*.csv.gz"), partitions=4
-    )
+    summary = runner.load(connect, db.table("items"), str(tmp_path / "part*.csv.gz"), partitions=4)
 
     assert summary.partitions == 4
     assert db.checksum("items") == expected
@@ -131,8 +129,8 @@ def test_copy_task_retried_after_failure_and_after_commit_loads_once(
 
     real_chunks = steps.sources.piece_chunks
 
-    def failing_halfway(piece, opts, chunk_size=1 << 20):
-        chunks = real_chunks(piece, opts, chunk_size=256)
+    def failing_halfway(piece, opts, chunk_size=1 << 20, **kwargs):
+        chunks = real_chunks(piece, opts, chunk_size=256, **kwargs)
         for n, chunk in enumerate(chunks):
             if n == 10:
                 raise OSError("network file system went away")
