@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
@@ -157,6 +158,31 @@ def copy_in(conn: Any, statement: pg3sql.Composable, chunks: Iterable[bytes]) ->
 def server_version(conn: Any) -> int:
     """The server's version number (e.g. 150020 or 180006)."""
     return int(conn.server_version if is_psycopg2(conn) else conn.info.server_version)
+
+
+@contextmanager
+def collect_notices(conn: Any) -> Iterator[list[str]]:
+    """Collect the primary text of the server's NOTICE messages while the block runs."""
+    messages: list[str] = []
+    if is_psycopg2(conn):
+        saved = conn.notices
+        raw: list[str] = []
+        conn.notices = raw  # psycopg2 appends "NOTICE:  text\n" to any list given
+        try:
+            yield messages
+        finally:
+            conn.notices = saved
+            messages.extend(n.split(":", 1)[-1].strip() for n in raw)
+        return
+
+    def handler(diag: Any) -> None:
+        messages.append(diag.message_primary or "")
+
+    conn.add_notice_handler(handler)
+    try:
+        yield messages
+    finally:
+        conn.remove_notice_handler(handler)
 
 
 def is_database_error(exc: BaseException) -> bool:

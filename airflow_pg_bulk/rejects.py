@@ -1,11 +1,15 @@
 """Copy a piece while setting bad rows aside (``on_error="reject"``).
 
-COPY stops at the first row it cannot parse or convert and names it (``line N``). Inside the
-partition's transaction, under a savepoint: roll back to the savepoint, copy the rows before the
-bad one again, record the bad one in the reject table, and go on from the row after it. Each
-bad row costs one re-send of the rows since the previous one, so the bytes sent stay below
-twice the piece's size. This works on every PostgreSQL version; COPY's own ``ON_ERROR ignore``
-(17+) skips only type-conversion errors and reports no raw line, so it is not used.
+Two ways, both inside the partition's transaction and under a savepoint:
+
+- PostgreSQL 17+: ``COPY ... ON_ERROR ignore, LOG_VERBOSITY verbose`` (and ``REJECT_LIMIT`` on
+  18+) skips rows whose values do not convert, in one pass, and names each in a NOTICE
+  (line and column). Each skipped record is read back from the file and run alone through a
+  plain COPY under a savepoint (then rolled back) to get the server's exact error text.
+- Any version, and any row error ``ON_ERROR`` does not cover (too many or too few fields, a bad
+  encoding, NULL into NOT NULL): COPY stops at the first bad row and names it (``line N``).
+  Roll back to the savepoint, copy the rows before it again, record it, go on after it. Each
+  bad row costs one re-send of the rows since the previous one: below twice the piece's bytes.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import dataclasses
 import gzip
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable
@@ -21,7 +26,14 @@ from contextlib import ExitStack
 from typing import Any
 
 from airflow_pg_bulk import sources, splitting, sql
-from airflow_pg_bulk.driver import copy_in, execute, is_database_error, server_error
+from airflow_pg_bulk.driver import (
+    collect_notices,
+    copy_in,
+    execute,
+    is_database_error,
+    server_error,
+    server_version,
+)
 from airflow_pg_bulk.errors import BadDataError, is_data_sqlstate, parse_copy_context
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
@@ -56,6 +68,12 @@ def copy_rejecting(
     ``wrap`` wraps each byte stream (progress counting); ``end_marker``: see
     :func:`~airflow_pg_bulk.sources.piece_chunks`."""
     assert plan.reject_table is not None
+    with ExitStack() as stack:
+        skipped = _copy_skipping(
+            conn, plan, piece, statement, rejected_before, wrap, end_marker, stack
+        )
+        if skipped is not None:
+            return skipped
     outcome = PieceOutcome()
     with ExitStack() as stack:
         source = piece
@@ -91,15 +109,120 @@ def copy_rejecting(
                 )
                 execute(conn, sql.release(SAVEPOINT))
             if rejected_before + outcome.rejects > plan.errors.max_rejects:
-                raise BadDataError(
-                    f"more than max_rejects={plan.errors.max_rejects} rows of the source were "
-                    f"rejected (the last in {piece.path}); nothing of this load reached "
-                    f"{plan.target.qualified}. See {'.'.join(plan.reject_table)} for "
-                    f"load {plan.load_id}",
-                    path=piece.path,
-                )
+                raise _too_many(plan, piece)
     outcome.bytes = _size(piece)
     return outcome
+
+
+_SKIPPED = re.compile(r"at line (\d+) for column \"?(.*?)\"?: (?:\"(.*)\"|null input)\s*\Z", re.S)
+
+
+def _copy_skipping(
+    conn: Any,
+    plan: LoadPlan,
+    piece: Piece,
+    statement: sql.Composable,
+    rejected_before: int,
+    wrap: Wrap,
+    end_marker: str | None,
+    stack: ExitStack,
+) -> PieceOutcome | None:
+    """The one-pass way (PostgreSQL 17+); None when it cannot be used or the piece has a row
+    error that ``ON_ERROR ignore`` does not skip (then nothing of it was kept)."""
+    version = server_version(conn)
+    allowance = plan.errors.max_rejects - rejected_before
+    if version < 170000 or allowance < 1:
+        return None
+    t = plan.target
+    skipping = sql.copy_from_stdin(
+        t.schema,
+        plan.staging_table,
+        plan.columns,
+        plan.copy,
+        skip_bad_values=True,
+        reject_limit=allowance if version >= 180000 else None,
+    )
+    execute(conn, sql.savepoint(SAVEPOINT))
+    with collect_notices(conn) as notices:
+        try:
+            rows = copy_in(
+                conn,
+                skipping,
+                wrap(sources.piece_chunks(piece, plan.copy, refuse_end_marker=end_marker)),
+            )
+        except Exception as exc:
+            if not is_database_error(exc) or not is_data_sqlstate(server_error(exc).sqlstate):
+                raise
+            execute(conn, sql.rollback_to(SAVEPOINT))
+            execute(conn, sql.release(SAVEPOINT))
+            if "REJECT_LIMIT" in server_error(exc).message:
+                raise _too_many(plan, piece) from None
+            return None
+        execute(conn, sql.release(SAVEPOINT))  # (psycopg2 hands over notices only now)
+    lines = [int(m.group(1)) for m in map(_SKIPPED.search, notices) if m]
+    outcome = PieceOutcome(rows=rows, bytes=_size(piece), rejects=len(lines))
+    if lines:
+        source = _decompressed(stack, piece, plan) if piece.compression else piece
+        end = source.end if source.end is not None else os.path.getsize(source.path)
+        syntax = sources.syntax_of(plan.copy)
+        spans = splitting.record_spans(source.path, source.start, end, lines, syntax)
+        newline = splitting.detect_newline(source.path, syntax)
+        line, at = 1, 0
+        for first, content_end, _next in sorted(spans):
+            line += splitting.count_newlines(source.path, at, first, newline=newline)
+            at = first
+            with open(source.path, "rb") as f:
+                f.seek(first)
+                raw = f.read(content_end - first)
+            _record(conn, plan, piece, line, raw, _exact_error(conn, statement, raw))
+    if rejected_before + outcome.rejects > plan.errors.max_rejects:
+        raise _too_many(plan, piece)
+    return outcome
+
+
+def _exact_error(conn: Any, statement: sql.Composable, raw: bytes) -> str:
+    """The server's own error for one record, from a plain COPY of it alone (rolled back)."""
+    execute(conn, sql.savepoint(SAVEPOINT + "_one"))
+    try:
+        copy_in(conn, statement, [raw + b"\n"])
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        return server_error(exc).message
+    finally:
+        execute(conn, sql.rollback_to(SAVEPOINT + "_one"))
+        execute(conn, sql.release(SAVEPOINT + "_one"))
+    return "rejected by COPY ON_ERROR ignore"
+
+
+def _too_many(plan: LoadPlan, piece: Piece) -> BadDataError:
+    return BadDataError(
+        f"more than max_rejects={plan.errors.max_rejects} rows of the source were "
+        f"rejected (the last in {piece.path}); nothing of this load reached "
+        f"{plan.target.qualified}. See {'.'.join(plan.reject_table or ())} for "
+        f"load {plan.load_id}",
+        path=piece.path,
+    )
+
+
+def _record(conn: Any, plan: LoadPlan, piece: Piece, line: int, raw: bytes, error: str) -> None:
+    schema, table = plan.reject_table or ("", "")
+    execute(
+        conn,
+        sql.insert_reject(
+            schema,
+            table,
+            load_id=plan.load_id,
+            target=plan.target.qualified,
+            source_file=piece.path,
+            line=line,
+            raw_line=raw.decode(sources.python_encoding(plan.copy.encoding), "replace").replace(
+                "\x00", "\ufffd"
+            ),
+            error=error,
+        ),
+    )
+    log.info("Rejected %s line %d: %s", piece.path, line, error)
 
 
 def _bad_record(exc: Exception) -> int | None:
@@ -135,24 +258,8 @@ def _set_aside(
         f.seek(first)
         raw = f.read(content_end - first)
     line, _last = splitting.record_line_numbers(source.path, pos, end, record, syntax)
-    schema, table = plan.reject_table or ("", "")
-    execute(
-        conn,
-        sql.insert_reject(
-            schema,
-            table,
-            load_id=plan.load_id,
-            target=plan.target.qualified,
-            source_file=piece.path,
-            line=line,
-            raw_line=raw.decode(sources.python_encoding(plan.copy.encoding), "replace").replace(
-                "\x00", "\ufffd"
-            ),
-            error=message,
-        ),
-    )
+    _record(conn, plan, piece, line, raw, message)
     outcome.rejects += 1
-    log.info("Rejected %s line %d: %s", piece.path, line, message)
     return next_start
 
 

@@ -943,11 +943,32 @@ def record_span(
 
     :raises ValueError: a bad range or numbering, or no such record in the range.
     """
+    return record_spans(path, start, end, [record_number], syntax, numbering=numbering)[0]
+
+
+def record_spans(
+    path: PathLike,
+    start: int,
+    end: int | None,
+    record_numbers: Sequence[int],
+    syntax: RecordSyntax,
+    *,
+    numbering: Literal["postgres", "records"] = "postgres",
+) -> list[tuple[int, int, int]]:
+    """:func:`record_span` for several record numbers at once, in one pass over the range.
+
+    Returns the spans in the order of ``record_numbers`` (which may be in any order).
+
+    :raises ValueError: a bad range or numbering, or a number beyond the range's records.
+    """
     if numbering not in ("postgres", "records"):
         raise ValueError(f"numbering must be 'postgres' or 'records', not {numbering!r}")
-    if record_number < 1:
-        raise ValueError(f"record_number must be >= 1, not {record_number}")
+    if any(n < 1 for n in record_numbers):
+        raise ValueError(f"record numbers must be >= 1, not {sorted(record_numbers)[0]}")
+    wanted = sorted(set(record_numbers))
+    spans: dict[int, tuple[int, int, int]] = {}
     count_pg = numbering == "postgres" and syntax.is_csv
+    lineno = k = 0
     with open(path, "rb") as f, open(path, "rb") as g:
         size = os.fstat(f.fileno()).st_size
         end = _check_range(size, start, end)
@@ -955,10 +976,8 @@ def record_span(
         cursor = _cursor(_Reader(f, start, limit=end, chunk_size=_LOCAL_BLOCK), syntax)
         counter = _RunningCounter(g, start, end)
         eol = b"\r"  # PostgreSQL's EOL_UNKNOWN: quoted CRs are counted until the first terminator
-        lineno = 0
-        k = 0
         record_start = start
-        while record_start < end:
+        while record_start < end and len(spans) < len(wanted):
             found = cursor.next_record()
             content_end, next_start = (end, end) if found is None else found
             k += 1
@@ -969,13 +988,15 @@ def record_span(
                     eol = b"\n" if terminator == 1 and _byte_at(f, content_end) == b"\n" else b"\r"
             else:
                 lineno = k
-            if lineno >= record_number:
-                return record_start, content_end, next_start
+            while len(spans) < len(wanted) and lineno >= wanted[len(spans)]:
+                spans[wanted[len(spans)]] = (record_start, content_end, next_start)
             record_start = next_start
-    raise ValueError(
-        f"range [{start}, {end}) holds {k} records (PostgreSQL line {lineno}); "
-        f"no record {record_number}"
-    )
+    if len(spans) < len(wanted):
+        raise ValueError(
+            f"range [{start}, {end}) holds {k} records (PostgreSQL line {lineno}); "
+            f"no record {wanted[len(spans)]}"
+        )
+    return [spans[n] for n in record_numbers]
 
 
 def _byte_at(f: IO[bytes], pos: int) -> bytes:

@@ -389,9 +389,18 @@ def relation_size(schema: str, name: str) -> Composed:
 
 
 def copy_from_stdin(
-    schema: str, staging: str, columns: Sequence[str], opts: CopyOptions
+    schema: str,
+    staging: str,
+    columns: Sequence[str],
+    opts: CopyOptions,
+    *,
+    skip_bad_values: bool = False,
+    reject_limit: int | None = None,
 ) -> Composed:
-    """``COPY staging (columns) FROM STDIN WITH (...)``: never a server-side file."""
+    """``COPY staging (columns) FROM STDIN WITH (...)``: never a server-side file.
+
+    ``skip_bad_values`` (PostgreSQL 17+): ``ON_ERROR ignore`` with a NOTICE per skipped row;
+    ``reject_limit`` (18+): fail after that many skipped rows."""
     options: list[Composable] = [
         SQL("FORMAT {}").format(SQL(opts.format)),
         SQL("DELIMITER {}").format(Literal(opts.effective_delimiter)),
@@ -402,6 +411,11 @@ def copy_from_stdin(
     if opts.format == "csv":
         options.append(SQL("QUOTE {}").format(Literal(opts.quote)))
         options.append(SQL("ESCAPE {}").format(Literal(opts.effective_escape)))
+    if skip_bad_values:
+        options.append(SQL("ON_ERROR ignore"))
+        options.append(SQL("LOG_VERBOSITY verbose"))
+    if reject_limit is not None:
+        options.append(SQL("REJECT_LIMIT {}").format(Literal(reject_limit)))
     return SQL("COPY {} ({}) FROM STDIN WITH ({})").format(
         _table(schema, staging), _columns(columns), SQL(", ").join(options)
     )

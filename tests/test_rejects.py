@@ -129,3 +129,35 @@ def test_append_with_rejects_keeps_existing_rows(db, connect, tmp_path):
     assert (summary.rows, summary.rejects) == (799, 1)
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 800
     assert "extra data" in db.scalar(f"SELECT error FROM {db.schema}.pgbulk_rejects")
+
+
+def test_one_pass_on_error_ignore_is_used_where_the_server_has_it(
+    db, connect, tmp_path, monkeypatch
+):
+    from airflow_pg_bulk import rejects
+
+    data, _good = _with_bad_rows(2000, {100: BAD[120], 1500: BAD[1500]})
+    path = write_csv(tmp_path / "items.csv", data)
+    create_items(db)
+    sent = []
+    real_copy_in = rejects.copy_in
+
+    def spy(conn, statement, chunks):
+        sent.append(statement.as_string())
+        return real_copy_in(conn, statement, chunks)
+
+    monkeypatch.setattr(rejects, "copy_in", spy)
+
+    summary = runner.load(
+        connect, db.table("items"), str(path), partitions=1, on_error="reject", max_rejects=5
+    )
+
+    assert (summary.rows, summary.rejects) == (1998, 2)
+    version = db.scalar("SELECT current_setting('server_version_num')::int")
+    one_pass = [s for s in sent if "ON_ERROR ignore" in s]
+    if version >= 170000:
+        # one COPY of the whole piece, plus one rolled-back COPY per bad row for its message
+        assert len(one_pass) == 1 and len(sent) == 3
+    else:
+        # the fallback: the piece, then the good rows again after each bad one
+        assert one_pass == [] and len(sent) == 5
