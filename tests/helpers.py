@@ -63,6 +63,28 @@ def write_csv(
     return path
 
 
+def write_parts(
+    directory: Path,
+    stem: str,
+    parts: int,
+    per_part: int,
+    *,
+    header: list[str] | None = None,
+    id_step: int = 10_000,
+) -> Path:
+    """Write ``parts`` CSV files ``<stem>-<n>.csv`` of ``per_part`` rows each (ids kept apart by
+    ``id_step``), each with ``header`` if given; return one headerless file holding all their
+    rows, for the reference COPY."""
+    whole = directory / f"{stem}-all.data"
+    with open(whole, "wb") as out:
+        for n in range(parts):
+            data = [(r[0] + id_step * n, *r[1:]) for r in rows(per_part, seed=n)]
+            path = write_csv(directory / f"{stem}-{n}.csv", data, header=header)
+            content = path.read_bytes()
+            out.write(content.split(b"\n", 1)[1] if header else content)
+    return whole
+
+
 def _quote(value: str) -> str:
     if any(c in value for c in ',"\r\n') or value.strip() != value or value == "\\.":
         return '"' + value.replace('"', '""') + '"'

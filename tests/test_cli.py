@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 import pytest
-from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
+from helpers import create_items, leftovers, plain_copy_checksum, write_parts
 
 CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
 
@@ -19,19 +19,7 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 def test_load_command_loads_and_prints_summary(db, tmp_path):
     create_items(db)
-    for n in range(3):
-        write_csv(
-            tmp_path / f"part-{n}.csv",
-            [(r[0] + 1000 * n, *r[1:]) for r in rows(200, n)],
-            header=["id", "name", "amount", "day", "note"],
-        )
-    whole = tmp_path / "all.data"
-    whole.write_bytes(
-        b"".join(
-            b"".join((tmp_path / f"part-{n}.csv").read_bytes().splitlines(keepends=True)[1:])
-            for n in range(3)
-        )
-    )
+    whole = write_parts(tmp_path, "part", 3, 200, header=["id", "name", "amount", "day", "note"])
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
     done = run_cli(

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
+from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv, write_parts
 
 from airflow_pg_bulk.demo import workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
@@ -62,20 +62,7 @@ def _run(dagbag, dag_id, conf):
 def test_replace_many_csv_example_runs(dagbag, example_conn, tmp_path):
     db = example_conn
     create_items(db)
-    header = ["id", "name", "amount", "day", "note"]
-    for n in range(6):
-        write_csv(
-            tmp_path / f"items-{n}.csv",
-            [(r[0] + 10_000 * n, *r[1:]) for r in rows(300, n)],
-            header=header,
-        )
-    whole = tmp_path / "all.data"
-    whole.write_bytes(
-        b"".join(
-            b"".join((tmp_path / f"items-{n}.csv").read_bytes().splitlines(keepends=True)[1:])
-            for n in range(6)
-        )
-    )
+    whole = write_parts(tmp_path, "items", 6, 300, header=["id", "name", "amount", "day", "note"])
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
     run, states = _run(
