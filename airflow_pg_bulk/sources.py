@@ -308,33 +308,52 @@ def guard_end_marker(chunks: Iterable[bytes], piece: Piece, target: str) -> Iter
     rows before it; split into partitions, the rest of the file would still load. Neither is
     what the file says, so the load fails and names the line."""
     carry = b""  # the last bytes already passed on, to see a marker that spans two chunks
-    offset = 0  # stream offset of buf[0]
-    newlines = 0  # LFs before buf[0] (for compressed pieces, whose lines are counted here)
+    offset = 0  # stream offset of carry[0]
+    newlines = 0  # LFs before carry[0] (compressed pieces count their lines here)
     for chunk in itertools.chain(chunks, [None]):
-        buf = carry + (chunk or b"")
+        data = chunk or b""
+        if chunk is not None and b"\\." not in data and b"\\." not in carry + data[:2]:
+            # the common case, kept cheap: no marker can be in or end in this chunk
+            yield chunk
+            passed = len(carry) + len(data) - min(3, len(carry) + len(data))
+            keep = data[-3:] if len(data) >= 3 else (carry + data)[-3:]  # no 1 MiB copy
+            if piece.compression:
+                newlines += carry.count(b"\n") + data.count(b"\n") - keep.count(b"\n")
+            carry = keep
+            offset += passed
+            continue
+        buf = carry + data
         found = _end_marker(buf, offset == 0, chunk is None)
         if found >= 0:
-            if piece.compression:
-                line = piece.first_line + newlines + buf[:found].count(b"\n")
-            else:
-                nl = splitting.detect_newline(piece.path)
-                line = 1 + splitting.count_newlines(
-                    piece.path, 0, piece.start + offset + found, newline=nl
-                )
-            raise BadDataError(
-                f"{piece.path} line {line}: a line holding only \\. ends COPY's input, and "
-                f"PostgreSQL would silently skip every row after it; nothing of this load "
-                f"reached {target}. Quote that field or remove the line",
-                path=piece.path,
-                line=line,
+            raise _end_marker_error(
+                piece,
+                target,
+                offset + found,
+                piece.first_line + newlines + buf[:found].count(b"\n"),
             )
         if chunk is None:
             return
         yield chunk  # a marker found later aborts the COPY before the server reads past it
-        carry = buf[-3:]
-        passed = buf[: len(buf) - len(carry)]
-        offset += len(passed)
-        newlines += passed.count(b"\n")
+        keep = buf[-3:]
+        passed_bytes = buf[: len(buf) - len(keep)]
+        offset += len(passed_bytes)
+        newlines += passed_bytes.count(b"\n")
+        carry = keep
+
+
+def _end_marker_error(piece: Piece, target: str, at: int, counted_line: int) -> BadDataError:
+    if piece.compression:
+        line = counted_line
+    else:
+        newline = splitting.detect_newline(piece.path)
+        line = 1 + splitting.count_newlines(piece.path, 0, piece.start + at, newline=newline)
+    return BadDataError(
+        f"{piece.path} line {line}: a line holding only \\. ends COPY's input, and "
+        f"PostgreSQL would silently skip every row after it; nothing of this load "
+        f"reached {target}. Quote that field or remove the line",
+        path=piece.path,
+        line=line,
+    )
 
 
 def _end_marker(buf: bytes, at_stream_start: bool, final: bool) -> int:
