@@ -221,7 +221,8 @@ def _split_file(
             if begin > start:
                 _check_line_ending(file.path, begin, line, syntax, newline)
             pieces.append(Piece(file.path, begin, end, line))
-            line += splitting.count_newlines(file.path, begin, end, newline=newline)
+            if end < file.size:  # the lines of the last piece are needed by no other piece
+                line += splitting.count_newlines(file.path, begin, end, newline=newline)
     return pieces
 
 
@@ -272,7 +273,7 @@ def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
 def piece_chunks(
     piece: Piece,
     opts: CopyOptions,
-    chunk_size: int = READ_CHUNK,
+    chunk_size: int | None = None,
     *,
     refuse_end_marker: str | None = None,
 ) -> Iterator[bytes]:
@@ -281,6 +282,7 @@ def piece_chunks(
     :param refuse_end_marker: the target's name: fail on a line holding only ``\\.`` (which
         the COPY at hand would take for the end of its input; see :func:`guard_end_marker`).
     """
+    chunk_size = chunk_size or READ_CHUNK  # read at call time, so it can be tuned
     if refuse_end_marker:
         chunks = piece_chunks(piece, opts, chunk_size)
         yield from guard_end_marker(chunks, piece, refuse_end_marker)

@@ -623,10 +623,19 @@ def _reloption_name(name: str) -> str:
     return name
 
 
-def insert_from_staging(schema: str, table: str, staging: str, columns: Sequence[str]) -> Composed:
-    """Append: move the staged rows into the target in one statement."""
-    return SQL("INSERT INTO {} ({}) SELECT {} FROM {}").format(
-        _table(schema, table), _columns(columns), _columns(columns), _table(schema, staging)
+def insert_from_staging(
+    schema: str, table: str, staging: str, columns: Sequence[str], *, override_identity: bool
+) -> Composed:
+    """Append: move the staged rows into the target in one statement.
+
+    ``override_identity``: the rows carry values for a ``GENERATED ALWAYS AS IDENTITY`` column,
+    which COPY would have accepted; ``OVERRIDING SYSTEM VALUE`` lets the INSERT take them too."""
+    return SQL("INSERT INTO {} ({}){} SELECT {} FROM {}").format(
+        _table(schema, table),
+        _columns(columns),
+        SQL(" OVERRIDING SYSTEM VALUE" if override_identity else ""),
+        _columns(columns),
+        _table(schema, staging),
     )
 
 

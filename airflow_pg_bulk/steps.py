@@ -398,7 +398,16 @@ def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) ->
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
         inserted = execute_count(
-            conn, sql.insert_from_staging(t.schema, t.table, plan.staging_table, plan.columns)
+            conn,
+            sql.insert_from_staging(
+                t.schema,
+                t.table,
+                plan.staging_table,
+                plan.columns,
+                override_identity=any(
+                    c.identity == "a" and c.name in plan.columns for c in t.columns
+                ),
+            ),
         )
         if inserted != rows:
             conn.rollback()

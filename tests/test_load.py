@@ -185,3 +185,22 @@ def test_missing_source_is_refused_before_anything_changes(db, connect, tmp_path
     with pytest.raises(steps.LoadRefusedError, match="does not exist"):
         runner.load(connect, db.table("missing_table"), str(Path(__file__)))
     assert leftovers(db) == []
+
+
+def test_append_into_generated_always_identity_takes_the_files_ids(db, connect, tmp_path):
+    # plain COPY accepts values for a GENERATED ALWAYS identity column; so must append
+    db.run(
+        f"CREATE TABLE {db.schema}.ev (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,"
+        " what text)"
+    )
+    db.run(f"INSERT INTO {db.schema}.ev (what) VALUES ('generated')")
+    path = tmp_path / "ev.csv"
+    path.write_text("100,a\n101,b\n")
+
+    runner.load(connect, db.table("ev"), str(path), mode="append")
+
+    assert db.run(f"SELECT id, what FROM {db.schema}.ev ORDER BY id") == [
+        (1, "generated"),
+        (100, "a"),
+        (101, "b"),
+    ]
