@@ -1,0 +1,61 @@
+"""The benchmark suite's quick run, end to end, against the test server: every method loads
+every row it should. No timing is asserted (this machine is shared and noisy)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks.run import METHODS
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_quick_run_loads_every_row_by_every_method(pg_dsn: str, tmp_path: Path) -> None:
+    out, data = tmp_path / "RESULTS.md", tmp_path / "results.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--quick",
+            "--skip-airflow",
+            "--skip-peers",
+            "--skip-tuning",
+            "--conn",
+            pg_dsn,
+            "--out",
+            str(out),
+            "--json",
+            str(data),
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    result = json.loads(data.read_text())
+    records = result["records"]
+    text = out.read_text()
+    for workload in ("A", "B", "C"):
+        for method in METHODS:
+            mine = [r for r in records if r["workload"] == workload and r["key"] == method.key]
+            assert mine, f"{workload} {method.key} did not run"
+            for r in mine:
+                assert r["ok"], (workload, method.key, r["error"])
+                assert r["rows"] > 0
+                assert r["rows"] == r["expected"]
+                assert r["seconds"] > 0
+                assert f"`{method.key}`" in text
+                assert method.key in proc.stdout
+    for workload in ("A", "B", "C"):
+        assert f"## {workload}: " in text
