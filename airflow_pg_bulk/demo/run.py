@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
-import os
 import shutil
 import tempfile
 import time
@@ -166,10 +164,4 @@ def _run_dag(dsn: str, glob: str, partitions: int, workdir: Path) -> float:
         raise RuntimeError(f"DAG run {result.run_id} ended {result.state}")
     copies = result.max_concurrency("load_readings.copy")
     print(f"      COPY tasks running at once (most): {copies}", flush=True)
-    os.environ.pop("PG_BULK_DEMO_CONN_ID", None)
     return float(result.wall_seconds or 0)
-
-
-def main_json(summary_path: Path, data: dict) -> None:
-    """Write figures as JSON (for the benchmarks)."""
-    summary_path.write_text(json.dumps(data, indent=2))
