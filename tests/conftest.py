@@ -12,7 +12,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -59,6 +59,13 @@ class Database:
     dsn: str
     schema: str
     conn: psycopg.Connection
+    roles: list[str] = field(default_factory=list)
+
+    def create_role(self, name: str) -> None:
+        """A role (cluster-wide) that the fixture drops after the test."""
+        self.run(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(name)))
+        self.run(sql.SQL("CREATE ROLE {}").format(sql.Identifier(name)))
+        self.roles.append(name)
 
     def run(self, statement: str | sql.Composable, *params: Any) -> list[tuple[Any, ...]]:
         """Run SQL in autocommit and return its rows (empty if none)."""
@@ -94,10 +101,14 @@ def db(pg_dsn: str) -> Iterator[Database]:
     schema = f"t_{uuid.uuid4().hex[:10]}"
     conn = psycopg.connect(pg_dsn, autocommit=True)
     conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    database = Database(pg_dsn, schema, conn)
     try:
-        yield Database(pg_dsn, schema, conn)
+        yield database
     finally:
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+        for role in database.roles:
+            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
         conn.close()
 
 

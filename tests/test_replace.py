@@ -20,8 +20,7 @@ def build_rich_target(db) -> None:
     """A target with everything a replace must carry over, and data in it."""
     s = sql.Identifier(db.schema)
     role = f"{db.schema}_reader"
-    db.run(sql.SQL("DROP ROLE IF EXISTS {}").format(sql.Identifier(role)))
-    db.run(sql.SQL("CREATE ROLE {}").format(sql.Identifier(role)))
+    db.create_role(role)
     for statement in [
         "CREATE TABLE {s}.groups (gid integer PRIMARY KEY)",
         "INSERT INTO {s}.groups SELECT g FROM generate_series(0, 9) g",
