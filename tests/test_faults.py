@@ -35,6 +35,7 @@ import pytest
 from conftest import Database
 from helpers import catalog_snapshot, create_items, leftovers, plain_copy_checksum, rows, write_csv
 from psycopg import sql
+from servers import skip_or_fail
 
 from airflow_pg_bulk import naming, runner, sources, steps
 from airflow_pg_bulk.driver import connect as open_connection
@@ -714,7 +715,7 @@ def tiny_tablespace(own_server) -> Iterator[tuple[str, str]]:
     )  # fmt: skip
     if mounted.returncode:
         os.rmdir(mountpoint)
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
+        skip_or_fail(f"cannot mount a tmpfs here (needs root): {mounted.stderr.strip()}")
     suffix = uuid.uuid4().hex[:8]
     tablespace, database = f"tiny_{suffix}", f"diskfull_{suffix}"
     admin = psycopg.connect(own_server.uri, autocommit=True)
@@ -741,8 +742,9 @@ def tiny_tablespace(own_server) -> Iterator[tuple[str, str]]:
         os.rmdir(mountpoint)
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
 def test_disk_full_during_copy_fails_clearly_and_target_unchanged(
-    own_server, tiny_tablespace, tmp_path
+    own_server, tiny_tablespace, tmp_path, driver
 ):
     database, tablespace = tiny_tablespace
     dsn = own_server.dsn(database)
@@ -760,10 +762,25 @@ def test_disk_full_during_copy_fails_clearly_and_target_unchanged(
                 f.write(f"{i},name {i},1.00,2024-01-01,{'x' * 200}\n")
 
         with pytest.raises(Exception) as info:
-            runner.load(dsn, db.table("items"), str(path), partitions=2)
+            runner.load(dsn, db.table("items"), str(path), partitions=2, driver=driver)
 
-        assert sqlstate_of(info.value) == "53100", repr(info.value)
-        assert "No space left on device" in str(info.value)
+        # A full disk is the package's own error, not the driver's: the class of SQLSTATE 53
+        # (insufficient resources) is worth retrying once space is freed, like 53300 already
+        # is, and the target is unchanged. The message says what happened (with the SQLSTATE)
+        # and to which target; the driver's error is chained as the cause.
+        error = info.value
+        assert isinstance(error, TransientLoadError), (
+            f"a full disk (SQLSTATE 53100) must raise TransientLoadError, got {error!r}"
+        )
+        assert sqlstate_of(error) == "53100", list(error_chain(error))
+        assert any(
+            type(item).__module__.split(".")[0] in {"psycopg", "psycopg2"}
+            for item in error_chain(error)
+        ), f"the driver's error is not chained: {list(error_chain(error))}"
+        message = str(error)
+        assert "53100" in message, message
+        assert "No space left on device" in message, message
+        assert db.table("items") in message, message
         assert db.checksum("items") == old
         assert leftovers(db) == []  # runner.load's cleanup dropped staging and ledger
         assert not db.scalar(
