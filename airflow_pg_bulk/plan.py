@@ -125,6 +125,9 @@ class Piece(PlainData):
     :param first_line: the physical line number, in the file, of the byte at ``start``.
     :param compression: ``"gzip"`` or ``None``; a compressed file is always one whole piece.
     :param skip_header: the piece's stream starts with a header record to drop (compressed files).
+    :param newline: the line ending (``"\\n"``, ``"\\r\\n"`` or ``"\\r"``) of the file's first
+        line, when the piece's stream does not start the file: COPY of the whole file takes
+        its line ending from its first line and rejects any other, so the piece must too.
     """
 
     path: str
@@ -133,6 +136,7 @@ class Piece(PlainData):
     first_line: int = 1
     compression: str | None = None
     skip_header: bool = False
+    newline: str | None = None
 
     @property
     def size(self) -> int | None:

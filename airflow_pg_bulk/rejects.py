@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import Any
 
-from airflow_pg_bulk import sources, splitting, sql
+from airflow_pg_bulk import accounting, records, sources, splitting, sql
 from airflow_pg_bulk.driver import (
     collect_notices,
     copy_in,
@@ -60,18 +60,17 @@ def copy_rejecting(
     statement: sql.Composable,
     rejected_before: int,
     wrap: Wrap,
-    end_marker: str | None = None,
+    rule: records.MarkerRule,
 ) -> PieceOutcome:
     """Load ``piece``, recording each bad row in the plan's reject table.
 
     ``rejected_before``: rows this partition rejected in earlier pieces (the limit counts them).
-    ``wrap`` wraps each byte stream (progress counting); ``end_marker``: see
-    :func:`~airflow_pg_bulk.sources.piece_chunks`."""
+    ``wrap`` wraps each byte stream (progress counting); ``rule``: the server's end-of-data
+    marker rule. Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.accounting`)."""
     assert plan.reject_table is not None
+    target = plan.target.qualified
     with ExitStack() as stack:
-        skipped = _copy_skipping(
-            conn, plan, piece, statement, rejected_before, wrap, end_marker, stack
-        )
+        skipped = _copy_skipping(conn, plan, piece, statement, rejected_before, wrap, rule, stack)
         if skipped is not None:
             return skipped
     outcome = PieceOutcome()
@@ -86,12 +85,11 @@ def copy_rejecting(
             part = dataclasses.replace(
                 source, start=pos, end=end if source.compression is None else None
             )
+            counter, chunks = accounting.counted_chunks(part, plan.copy, rule, target)
             try:
-                outcome.rows += copy_in(
-                    conn,
-                    statement,
-                    wrap(sources.piece_chunks(part, plan.copy, refuse_end_marker=end_marker)),
-                )
+                loaded = copy_in(conn, statement, wrap(chunks))
+                accounting.check_rows(counter, part, plan.copy, target, loaded)
+                outcome.rows += loaded
                 execute(conn, sql.release(SAVEPOINT))
                 break
             except Exception as exc:
@@ -105,8 +103,9 @@ def copy_rejecting(
                     continue  # the same error again, now with offsets into a plain file
                 error = server_error(exc)
                 pos = _set_aside(
-                    conn, plan, piece, source, pos, end, record, error.message, statement, outcome
-                )
+                    conn, plan, piece, source, pos, end, record, error.message, statement, outcome,
+                    rule,
+                )  # fmt: skip
                 execute(conn, sql.release(SAVEPOINT))
             if rejected_before + outcome.rejects > plan.errors.max_rejects:
                 raise _too_many(plan, piece)
@@ -124,7 +123,7 @@ def _copy_skipping(
     statement: sql.Composable,
     rejected_before: int,
     wrap: Wrap,
-    end_marker: str | None,
+    rule: records.MarkerRule,
     stack: ExitStack,
 ) -> PieceOutcome | None:
     """The one-pass way (PostgreSQL 17+); None when it cannot be used or the piece has a row
@@ -143,13 +142,10 @@ def _copy_skipping(
         reject_limit=allowance if version >= 180000 else None,
     )
     execute(conn, sql.savepoint(SAVEPOINT))
+    counter, chunks = accounting.counted_chunks(piece, plan.copy, rule, t.qualified)
     with collect_notices(conn) as notices:
         try:
-            rows = copy_in(
-                conn,
-                skipping,
-                wrap(sources.piece_chunks(piece, plan.copy, refuse_end_marker=end_marker)),
-            )
+            rows = copy_in(conn, skipping, wrap(chunks))
         except Exception as exc:
             if not is_database_error(exc) or not is_data_sqlstate(server_error(exc).sqlstate):
                 raise
@@ -160,6 +156,7 @@ def _copy_skipping(
             return None
         execute(conn, sql.release(SAVEPOINT))  # (psycopg2 hands over notices only now)
     lines = [int(m.group(1)) for m in map(_SKIPPED.search, notices) if m]
+    accounting.check_rows(counter, piece, plan.copy, t.qualified, rows, skipped=len(lines))
     outcome = PieceOutcome(rows=rows, bytes=_size(piece), rejects=len(lines))
     if lines:
         source = _decompressed(stack, piece, plan) if piece.compression else piece
@@ -247,13 +244,18 @@ def _set_aside(
     message: str,
     statement: sql.Composable,
     outcome: PieceOutcome,
+    rule: records.MarkerRule,
 ) -> int:
     """Re-copy the good rows before the bad record, record the bad one; return where to go on."""
     syntax = sources.syntax_of(plan.copy)
     first, content_end, next_start = splitting.record_span(source.path, pos, end, record, syntax)
     if first > pos:
         before = dataclasses.replace(source, start=pos, end=first)
-        outcome.rows += copy_in(conn, statement, sources.piece_chunks(before, plan.copy))
+        target = plan.target.qualified
+        counter, chunks = accounting.counted_chunks(before, plan.copy, rule, target)
+        loaded = copy_in(conn, statement, chunks)
+        accounting.check_rows(counter, before, plan.copy, target, loaded)
+        outcome.rows += loaded
     with open(source.path, "rb") as f:
         f.seek(first)
         raw = f.read(content_end - first)

@@ -15,7 +15,7 @@ import os
 import shutil
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from airflow_pg_bulk import splitting
@@ -192,7 +192,10 @@ def plan_partitions(
     for file in files:
         skip = header_lengths.get(file.path, 0) if opts.header else 0
         if file.compression:
-            pieces.append(Piece(file.path, 0, None, 2 if skip else 1, file.compression, bool(skip)))
+            newline = _gzip_newline(file, syntax) if skip else None
+            pieces.append(
+                Piece(file.path, 0, None, 2 if skip else 1, file.compression, bool(skip), newline)
+            )
             continue
         if file.size - skip <= 0:
             continue
@@ -218,39 +221,21 @@ def _split_file(
     line = 1 + splitting.count_newlines(file.path, 0, start, newline=newline)
     for begin, end in itertools.pairwise(bounds):
         if end > begin:
-            if begin > start:
-                _check_line_ending(file.path, begin, line, syntax, newline)
-            pieces.append(Piece(file.path, begin, end, line))
+            # a piece that does not start the file must end its lines as the file's first
+            # line does (checked by the COPY task: see records.RecordCounter)
+            ending = newline.decode() if begin > 0 else None
+            pieces.append(Piece(file.path, begin, end, line, newline=ending))
             if end < file.size:  # the lines of the last piece are needed by no other piece
                 line += splitting.count_newlines(file.path, begin, end, newline=newline)
     return pieces
 
 
-_ENDINGS = {b"\r\n": "CRLF", b"\n": "LF", b"\r": "CR"}
-
-
-def _check_line_ending(
-    path: str, start: int, line: int, syntax: splitting.RecordSyntax, newline: bytes
-) -> None:
-    """A COPY session takes its line ending from its first line and rejects others; one COPY of
-    the whole file would reject a file whose line endings change, so a part that starts just
-    where they change must be refused too, not loaded by a session that never saw the switch."""
-    with open(path, "rb") as f:
-        f.seek(start)
-        record = splitting.first_record(f, syntax)
-    ending = next((e for e in _ENDINGS if record.endswith(e)), None)
-    if ending is not None and ending != newline:
-        # COPY's own words for the first stray byte: an LF where it expects CR(LF), or a CR.
-        stray = "newline" if newline == b"\r" or ending == b"\n" else "carriage return"
-        kind = "unquoted" if syntax.is_csv else "literal"
-        raise BadDataError(
-            f"{path} line {line}: {kind} {stray} found in data (this line ends with "
-            f"{_ENDINGS[ending]} but the file's first line with "
-            f"{_ENDINGS.get(newline, repr(newline))}: COPY rejects a file whose line endings "
-            "change)",
-            path=path,
-            line=line,
-        )
+def _gzip_newline(file: SourceFile, syntax: splitting.RecordSyntax) -> str | None:
+    """The line ending of a compressed file's header line, or None if it has none."""
+    with _open(file) as stream:
+        record = splitting.first_record(stream, syntax)
+    found = splitting.first_terminator(record, syntax)
+    return None if found is None else record[found[0] : found[1]].decode()
 
 
 def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
@@ -270,23 +255,9 @@ def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
     return result
 
 
-def piece_chunks(
-    piece: Piece,
-    opts: CopyOptions,
-    chunk_size: int | None = None,
-    *,
-    refuse_end_marker: str | None = None,
-) -> Iterator[bytes]:
-    """The piece's bytes, in chunks of at most ``chunk_size`` (decompressed, header dropped).
-
-    :param refuse_end_marker: the target's name: fail on a line holding only ``\\.`` (which
-        the COPY at hand would take for the end of its input; see :func:`guard_end_marker`).
-    """
+def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None) -> Iterator[bytes]:
+    """The piece's bytes, in chunks of at most ``chunk_size`` (decompressed, header dropped)."""
     chunk_size = chunk_size or READ_CHUNK  # read at call time, so it can be tuned
-    if refuse_end_marker:
-        chunks = piece_chunks(piece, opts, chunk_size)
-        yield from guard_end_marker(chunks, piece, refuse_end_marker)
-        return
     if piece.compression == "gzip":
         yield from _gzip_chunks(piece, syntax_of(opts), chunk_size)
         return
@@ -300,75 +271,6 @@ def piece_chunks(
             if remaining is not None:
                 remaining -= len(chunk)
             yield chunk
-
-
-def guard_end_marker(chunks: Iterable[bytes], piece: Piece, target: str) -> Iterator[bytes]:
-    """Pass ``chunks`` (the bytes of ``piece``) through, refusing a line that holds only ``\\.``.
-
-    COPY FROM STDIN ends its input at such a line (text format; csv before PostgreSQL 18) and
-    silently ignores every row after it. One COPY of the whole file would quietly load only the
-    rows before it; split into partitions, the rest of the file would still load. Neither is
-    what the file says, so the load fails and names the line."""
-    carry = b""  # the last bytes already passed on, to see a marker that spans two chunks
-    offset = 0  # stream offset of carry[0]
-    newlines = 0  # LFs before carry[0] (compressed pieces count their lines here)
-    for chunk in itertools.chain(chunks, [None]):
-        data = chunk or b""
-        if chunk is not None and b"\\." not in data and b"\\." not in carry + data[:2]:
-            # the common case, kept cheap: no marker can be in or end in this chunk
-            yield chunk
-            passed = len(carry) + len(data) - min(3, len(carry) + len(data))
-            keep = data[-3:] if len(data) >= 3 else (carry + data)[-3:]  # no 1 MiB copy
-            if piece.compression:
-                newlines += carry.count(b"\n") + data.count(b"\n") - keep.count(b"\n")
-            carry = keep
-            offset += passed
-            continue
-        buf = carry + data
-        found = _end_marker(buf, offset == 0, chunk is None)
-        if found >= 0:
-            raise _end_marker_error(
-                piece,
-                target,
-                offset + found,
-                piece.first_line + newlines + buf[:found].count(b"\n"),
-            )
-        if chunk is None:
-            return
-        yield chunk  # a marker found later aborts the COPY before the server reads past it
-        keep = buf[-3:]
-        passed_bytes = buf[: len(buf) - len(keep)]
-        offset += len(passed_bytes)
-        newlines += passed_bytes.count(b"\n")
-        carry = keep
-
-
-def _end_marker_error(piece: Piece, target: str, at: int, counted_line: int) -> BadDataError:
-    if piece.compression:
-        line = counted_line
-    else:
-        newline = splitting.detect_newline(piece.path)
-        line = 1 + splitting.count_newlines(piece.path, 0, piece.start + at, newline=newline)
-    return BadDataError(
-        f"{piece.path} line {line}: a line holding only \\. ends COPY's input, and "
-        f"PostgreSQL would silently skip every row after it; nothing of this load "
-        f"reached {target}. Quote that field or remove the line",
-        path=piece.path,
-        line=line,
-    )
-
-
-def _end_marker(buf: bytes, at_stream_start: bool, final: bool) -> int:
-    """Offset of a ``\\.`` line in ``buf``, or -1 (or -1 for now when ``buf`` ends too soon
-    to tell and more is to come)."""
-    pos = buf.find(b"\\.")
-    while pos >= 0:
-        line_start = (pos == 0 and at_stream_start) or (pos > 0 and buf[pos - 1] in b"\r\n")
-        after = buf[pos + 2 : pos + 3]
-        if line_start and (after in (b"\r", b"\n") or (after == b"" and final)):
-            return pos
-        pos = buf.find(b"\\.", pos + 1)
-    return -1
 
 
 def _gzip_chunks(piece: Piece, syntax: splitting.RecordSyntax, chunk_size: int) -> Iterator[bytes]:

@@ -38,6 +38,7 @@ __all__ = [
     "count_newlines",
     "detect_newline",
     "first_record",
+    "first_terminator",
     "iter_range",
     "parse_header",
     "record_line_numbers",
@@ -724,6 +725,15 @@ def detect_newline(path: PathLike | IO[bytes], syntax: RecordSyntax | None = Non
         finally:
             if origin is not None:
                 f.seek(origin)
+
+
+def first_terminator(data: bytes, syntax: RecordSyntax) -> tuple[int, int] | None:
+    """Offsets ``(start, end)`` of the first record terminator in ``data`` as COPY finds it
+    (outside quotes, not escaped), or None when ``data`` holds none. A CR at the very end of
+    ``data`` is reported as a one-byte terminator: the caller decides whether an LF may follow.
+    """
+    reader = _Reader(io.BytesIO(data), 0, chunk_size=max(1, len(data)))
+    return _cursor(reader, syntax).next_record()
 
 
 def first_record(

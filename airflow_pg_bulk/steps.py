@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from airflow_pg_bulk import catalog, naming, rejects, sources, sql
+from airflow_pg_bulk import accounting, catalog, naming, records, rejects, sources, sql
 from airflow_pg_bulk.driver import (
     copy_in,
     execute,
@@ -214,7 +214,7 @@ def copy_partition(
             return PartitionResult(index, rows, nbytes, seconds, skipped=True, rejects=rejected)
         rows = nbytes = rejected = 0
         statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
-        end_marker = t.qualified if _ends_at_marker(conn, plan) else None
+        rule = records.marker_rule(plan.copy.format, server_version(conn))
         for piece in part.pieces:
             if plan.errors.rejecting:
                 outcome = rejects.copy_rejecting(
@@ -224,7 +224,7 @@ def copy_partition(
                     statement,
                     rejected,
                     lambda chunks, done=nbytes: _Counted(chunks, progress, done, part.bytes),
-                    end_marker,
+                    rule,
                 )
                 rows, nbytes, rejected = (
                     rows + outcome.rows,
@@ -232,12 +232,14 @@ def copy_partition(
                     rejected + outcome.rejects,
                 )
                 continue
-            chunks = sources.piece_chunks(piece, plan.copy, refuse_end_marker=end_marker)
+            counter, chunks = accounting.counted_chunks(piece, plan.copy, rule, t.qualified)
             counted = _Counted(chunks, progress, nbytes, part.bytes)
             try:
-                rows += copy_in(conn, statement, counted)
+                loaded = copy_in(conn, statement, counted)
             except Exception as exc:
                 raise _copy_error(exc, plan, piece) from exc
+            accounting.check_rows(counter, piece, plan.copy, t.qualified, loaded)
+            rows += loaded
             nbytes += counted.bytes
         seconds = time.perf_counter() - started
         execute(
@@ -260,12 +262,6 @@ def copy_partition(
         rows / seconds if seconds else 0,
     )
     return PartitionResult(index, rows, nbytes, seconds, rejects=rejected)
-
-
-def _ends_at_marker(conn: Any, plan: LoadPlan) -> bool:
-    """Whether this server's COPY FROM STDIN stops at a line holding only ``\\.`` for the
-    plan's format (text always; csv before PostgreSQL 18)."""
-    return plan.copy.format == "text" or server_version(conn) < 180000
 
 
 def _safe_rollback(conn: Any) -> None:
