@@ -739,25 +739,36 @@ class Reference:
     error: Exception | None
 
 
-def _copy_options(case: Case) -> str:
+# The options of the reference COPY are written here by hand from the case's own parameters,
+# never from the package's CopyOptions or sql module, so a wrong default there cannot sit on
+# both sides. What a case does not set is left to plain COPY's own defaults, which are the
+# README's (delimiter "," for csv and tab for text, NULL as unquoted empty for csv and \N for
+# text, quote '"', escape = the quote); the one README default that is not COPY's is the
+# encoding (UTF8, where COPY would take the client's), so it is always spelled out.
+_REFERENCE_OPTIONS = {
+    "delimiter": "DELIMITER",
+    "null": "NULL",
+    "quote": "QUOTE",
+    "escape": "ESCAPE",
+}
+
+
+def _copy_options(case: Case) -> sql.Composable:
     if case.ref_options:
-        return case.ref_options
-    opts = CopyOptions(
-        **{k: v for k, v in case.options.items() if k in CopyOptions.__dataclass_fields__}
-    )
-    parts = [f"FORMAT {opts.format}", f"DELIMITER {_lit(opts.effective_delimiter)}"]
-    parts.append(f"ENCODING {_lit(opts.encoding)}")
-    if opts.header:
-        parts.append("HEADER true")
-    if opts.null is not None:
-        parts.append(f"NULL {_lit(opts.null)}")
-    if opts.format == "csv":
-        parts.append(f"QUOTE {_lit(opts.quote)}, ESCAPE {_lit(opts.effective_escape)}")
-    return ", ".join(parts)
-
-
-def _lit(value: str) -> str:
-    return sql.Literal(value).as_string()
+        return sql.SQL(case.ref_options)
+    given = dict(case.options)
+    unknown = set(given) - {"format", "header", "encoding", *_REFERENCE_OPTIONS}
+    assert not unknown, f"case {case.id}: no reference COPY option written for {unknown}"
+    fmt = given.get("format", "csv")
+    assert fmt in ("csv", "text"), fmt
+    parts = [sql.SQL("FORMAT " + fmt)]
+    if given.get("header"):
+        parts.append(sql.SQL("HEADER true"))
+    for key, keyword in _REFERENCE_OPTIONS.items():
+        if given.get(key) is not None:
+            parts.append(sql.SQL(keyword + " {}").format(sql.Literal(given[key])))
+    parts.append(sql.SQL("ENCODING {}").format(sql.Literal(given.get("encoding", "UTF8"))))
+    return sql.SQL(", ").join(parts)
 
 
 def plain_copy(conn: psycopg.Connection, db: Any, case: Case, data: bytes | None) -> Reference:
@@ -767,8 +778,8 @@ def plain_copy(conn: psycopg.Connection, db: Any, case: Case, data: bytes | None
     columns = sql.SQL("")
     if case.ref_columns:
         columns = sql.SQL(" ({})").format(sql.SQL(", ").join(map(sql.Identifier, case.ref_columns)))
-    statement = sql.SQL("COPY {}{} FROM STDIN WITH (" + _copy_options(case) + ")").format(
-        db.ident("reference"), columns
+    statement = sql.SQL("COPY {}{} FROM STDIN WITH ({})").format(
+        db.ident("reference"), columns, _copy_options(case)
     )
     try:
         with conn.transaction(), conn.cursor() as cur, cur.copy(statement) as copy:

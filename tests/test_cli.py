@@ -49,6 +49,11 @@ def test_load_command_loads_and_prints_summary(db, tmp_path):
 
 def test_load_command_fails_with_error_on_stderr(db, tmp_path):
     create_items(db)
+    db.run(
+        f"INSERT INTO {db.schema}.items VALUES (-1, 'kept', 1, '2020-01-01', NULL),"
+        " (-2, 'also kept', 2.5, NULL, 'note')"
+    )
+    before = db.checksum("items")
     path = tmp_path / "bad.csv"
     path.write_text("1,a,1.0,2024-01-01,\n2,b,oops,2024-01-01,\n")
 
@@ -58,7 +63,7 @@ def test_load_command_fails_with_error_on_stderr(db, tmp_path):
     assert f"{path} line 2, column amount" in done.stderr
     assert "oops" in done.stderr
     assert done.stdout == ""
-    assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 0
+    assert db.checksum("items") == before
     assert leftovers(db) == []
 
 
