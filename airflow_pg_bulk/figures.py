@@ -42,7 +42,10 @@ class PartitionResult(PlainData):
 
 @dataclass(frozen=True)
 class LoadSummary(PlainData):
-    """A whole load's figures."""
+    """A whole load's figures.
+
+    ``records`` is what the COPY tasks read from the source and sent; every one of them was
+    accounted for (``rows`` loaded + ``rejects`` set aside), or the load failed."""
 
     table: str
     mode: str
@@ -51,6 +54,7 @@ class LoadSummary(PlainData):
     partitions: int
     seconds: dict[str, float]
     rejects: int = 0
+    records: int = 0
 
     @property
     def total_seconds(self) -> float:
@@ -75,8 +79,10 @@ class LoadSummary(PlainData):
             f"{self.table} ({self.mode}) in {self.total_seconds:.2f} s: "
             f"{self.rows_per_second:,.0f} rows/s, {self.megabytes_per_second:,.1f} MB/s",
         ]
-        if self.rejects:
-            lines.append(f"  {self.rejects:,} rows rejected (see the reject table)")
+        lines.append(
+            f"  {self.records:,} records read from the source: {self.rows:,} loaded, "
+            f"{self.rejects:,} rejected" + (" (see the reject table)" if self.rejects else "")
+        )
         lines += [f"  {name:<12} {secs:8.2f} s" for name, secs in self.seconds.items()]
         return "\n".join(lines)
 

@@ -254,6 +254,12 @@ class RecordCounter:
         terminators = buf.count(eolb, 0, n)
         if n and buf[0] == eolb[0] and self._backslashes & 1:
             terminators -= 1  # escaped by the run that ended the last region
+        if buf.find(b"\\", 0, min(len(buf), n + 1)) < 0:  # no backslash: nothing escaped
+            self._terminators += terminators
+            if n:
+                self._at_start = self._text_terminator(buf, n - 1)
+                self._backslashes = 0
+            return
         escaped = b"\\" + eolb
         k = buf.find(escaped, 0, n)
         while k >= 0:
@@ -304,6 +310,8 @@ class RecordCounter:
     def _csv_markers(self, buf: bytes, n: int) -> None:
         """Markers at record starts in ``buf[:n]`` (quote state from the region's start)."""
         eol = self._eol or b"\n"
+        if buf.find(b"\\", 0, min(len(buf), n + 1)) < 0:
+            return  # no backslash, no marker
         if self._at_start and buf.startswith(_MARKER + eol):
             self._on_marker(buf, 0, data_before=False)
         # newline + marker with the marker starting inside the region (one starting at n is

@@ -335,7 +335,14 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
         _safe_rollback(conn)
         raise _finalize_error(exc, plan) from exc
     summary = LoadSummary(
-        t.qualified, plan.mode, rows, nbytes, len(plan.partitions), clock.seconds, rejected
+        t.qualified,
+        plan.mode,
+        rows,
+        nbytes,
+        len(plan.partitions),
+        clock.seconds,
+        rejected,
+        records=rows + rejected,  # each partition's accounting checked rows + rejects = records
     )
     log.info(
         "Finalized load %s: %d rows now in %s (%s); finalize phases: %s",
