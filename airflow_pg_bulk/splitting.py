@@ -15,9 +15,10 @@ so this module mirrors ``CopyReadLineText`` in PostgreSQL's ``copyfromparse.c``:
 Files are read in bounded chunks; no function loads a whole file into memory. Only encodings in
 which every byte < 0x80 is an ASCII character can be split this way (see :func:`can_split`).
 
-Not modelled: the ``\\.`` end-of-data marker, and the errors PostgreSQL raises for files that mix
-line-ending styles (a CR outside quotes in an LF file and so on). Such a file fails in COPY
-anyway; here any CR, LF or CR LF outside quotes is treated as a terminator.
+Not modelled here: the ``\\.`` end-of-data marker and the errors PostgreSQL raises for files that
+mix line-ending styles (a CR outside quotes in an LF file and so on); any CR, LF or CR LF
+outside quotes is treated as a terminator. :mod:`airflow_pg_bulk.records` models both where it
+matters: on the bytes each COPY is sent.
 """
 
 from __future__ import annotations
