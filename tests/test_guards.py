@@ -45,6 +45,9 @@ CHANGES = {
     "check-added": "ALTER TABLE {s}.items ADD CONSTRAINT items_id_pos CHECK (id > -100)",
     "comment-changed": "COMMENT ON TABLE {s}.items IS 'changed'",
     "trigger-disabled": "ALTER TABLE {s}.items DISABLE TRIGGER items_touch",
+    "grant-added": "GRANT SELECT ON {s}.items TO PUBLIC",
+    "referencing-key-added": "CREATE TABLE {s}.orders (item integer REFERENCES {s}.items)",
+    "materialized-view-added": "CREATE MATERIALIZED VIEW {s}.items_mv AS SELECT id FROM {s}.items",
 }
 
 
@@ -87,6 +90,8 @@ def test_definition_changed_after_prepare_is_refused_and_target_unchanged(
         conn.close()
     assert leftovers(db) == []
     # run again, as the message says: now it goes through
+    if change == "materialized-view-added":  # that one a replace refuses from the start
+        _run(db, "DROP MATERIALIZED VIEW {s}.items_mv")
     runner.load(pg_dsn, db.table("items"), str(path), partitions=3, driver=driver, columns=columns)
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 500
 
@@ -154,9 +159,16 @@ def test_replace_hands_the_new_table_to_the_targets_owner(
     before = catalog_snapshot(db, "items")
     path = _write(tmp_path, "items.csv", [f"{i},new {i}" for i in range(1, 301)])
 
-    runner.load(
-        dsn, db.table("items"), str(path), columns=["id", "name"], partitions=2, driver=driver
-    )
+    data_before = db.checksum("items")
+    try:
+        runner.load(
+            dsn, db.table("items"), str(path), columns=["id", "name"], partitions=2, driver=driver
+        )
+    except Exception:
+        # a failed replace at least leaves the target as it was
+        assert (catalog_snapshot(db, "items"), db.checksum("items")) == (before, data_before)
+        assert leftovers(db) == []
+        raise
 
     assert _owner(db, "items") == owner
     assert catalog_snapshot(db, "items") == before
@@ -321,6 +333,18 @@ def test_deferrable_constraints_are_carried_over_and_enforced_at_commit(db, conn
         conn.execute(f"INSERT INTO {t} VALUES (1, 1, 5001)")
         conn.execute(f"UPDATE {t} SET id = 5001 WHERE code = 5001")
     assert db.scalar(f"SELECT count(*) FROM {t}") == 502
+    # replacing the referenced table keeps the child's deferrable foreign key as it was
+    parent_path = _write(tmp_path, "parent.csv", [str(i) for i in range(1, 21)])
+    runner.load(connect, db.table("parent"), str(parent_path))
+    assert catalog_snapshot(db, "child")["constraints"] == before["constraints"]
+    assert db.run(timing, db.table("child"))[1] == ("child_parent_fk", True, True)
+    conn = psycopg.connect(db.dsn)
+    try:
+        conn.execute(f"INSERT INTO {t} VALUES (1004, 999, 1004)")
+        with pytest.raises(psycopg.errors.ForeignKeyViolation, match="child_parent_fk"):
+            conn.commit()
+    finally:
+        conn.close()
     assert leftovers(db) == []
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import create_items, leftovers, plain_copy_checksum
+from helpers import create_items, gzip_file, leftovers, plain_copy_checksum
 from psycopg import sql
 
 from airflow_pg_bulk import rejects, runner, steps
@@ -63,6 +63,7 @@ def write_source(
     *,
     good=good_csv,
     header: str | None = None,
+    eol: str = "\n",
 ) -> tuple[list[tuple[str, int, str, str]], list[str]]:
     """Write the records; return the expected reject rows (file, line, raw, error) in file
     order and the good records."""
@@ -77,7 +78,8 @@ def write_source(
             records.append(good(i))
             good_records.append(records[-1])
         line += 1 + records[-1].count("\n")
-    path.write_text((header + "\n" if header else "") + "".join(r + "\n" for r in records))
+    text = (header + eol if header else "") + "".join(r + eol for r in records)
+    path.write_bytes(text.encode())
     return expected, good_records
 
 
@@ -235,6 +237,43 @@ def test_rejects_in_files_with_a_header_count_the_header_line(db, connect, tmp_p
     assert db.checksum("items") == truth
     assert reject_rows(db, "c3c3c3c3c3c3", "bad_rows") == expected
     assert expected[0][1] == 1 + 1500 + 149  # the header, 149 two-line records before
+    assert leftovers(db) == []
+
+
+def test_rejects_in_gzip_crlf_files_with_a_header(db, connect, tmp_path):
+    """Compressed pieces are read back decompressed to find the bad records: lines count the
+    header, raw lines carry no CR."""
+    expected, good = [], []
+    for n, bad in enumerate(
+        [
+            {30: bad_amount(30), 31: short_row(31), 900: bad_date(900)},
+            {1001: bad_id(1001), 1999: long_row(1999)},
+        ]
+    ):
+        plain = tmp_path / f"day-{n}.csv"
+        ids = range(1 + 1000 * n, 1001 + 1000 * n)
+        e, g = write_source(plain, ids, bad, header=HEADER, eol="\r\n")
+        packed = gzip_file(plain)
+        plain.unlink()
+        expected += [(str(packed), *rest) for _path, *rest in e]
+        good += g
+    seeded_items(db)
+    truth = reference(db, tmp_path, good)
+
+    summary = runner.load(
+        connect,
+        db.table("items"),
+        str(tmp_path / "day-*.csv.gz"),
+        header=True,
+        partitions=2,
+        on_error="reject",
+        max_rejects=5,
+        load_id="c4c4c4c4c4c4",
+    )
+
+    assert (summary.rows, summary.rejects) == (1995, 5)
+    assert db.checksum("items") == truth
+    assert reject_rows(db, "c4c4c4c4c4c4") == expected
     assert leftovers(db) == []
 
 
