@@ -16,7 +16,14 @@ _COPY_CONTEXT = re.compile(
 
 
 class PgBulkError(Exception):
-    """Base class of every error this package raises on purpose."""
+    """Base class of every error this package raises on purpose.
+
+    :param sqlstate: the server's SQLSTATE, when the error came from the server.
+    """
+
+    def __init__(self, *args: object, sqlstate: str | None = None) -> None:
+        super().__init__(*args)
+        self.sqlstate = sqlstate
 
 
 class LoadRefusedError(PgBulkError):
@@ -41,8 +48,9 @@ class BadDataError(PgBulkError):
         line: int | None = None,
         column: str | None = None,
         value: str | None = None,
+        sqlstate: str | None = None,
     ) -> None:
-        super().__init__(message)
+        super().__init__(message, sqlstate=sqlstate)
         self.path = path
         self.line = line
         self.column = column
@@ -69,6 +77,9 @@ TRANSIENT_SQLSTATES = frozenset(
         "57P01",  # admin_shutdown
         "57P02",  # crash_shutdown
         "57P03",  # cannot_connect_now
+        "53000",  # insufficient_resources
+        "53100",  # disk_full: worth a retry once space is freed
+        "53200",  # out_of_memory
         "53300",  # too_many_connections
     }
 )

@@ -282,7 +282,9 @@ def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
     err = server_error(exc)
     if err.sqlstate in TRANSIENT_SQLSTATES:
         return TransientLoadError(
-            f"loading {piece.path} into {plan.target.qualified}: {err.message}"
+            f"loading {piece.path} into {plan.target.qualified}: {err.message} (SQLSTATE "
+            f"{err.sqlstate}); nothing of this partition was committed and a retry may succeed",
+            sqlstate=err.sqlstate,
         )
     if not is_data_sqlstate(err.sqlstate):
         return exc
@@ -624,9 +626,13 @@ def _finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
         return exc
     err = server_error(exc)
     if err.sqlstate in TRANSIENT_SQLSTATES:
+        waited = (
+            f", lock_timeout is {plan.settings.lock_timeout}" if err.sqlstate == "55P03" else ""
+        )
         return TransientLoadError(
-            f"finalize of {t.qualified}: {err.message} (lock_timeout is "
-            f"{plan.settings.lock_timeout}); the target is unchanged and a retry may succeed"
+            f"finalize of {t.qualified}: {err.message} (SQLSTATE {err.sqlstate}{waited}); "
+            "the target is unchanged and a retry may succeed",
+            sqlstate=err.sqlstate,
         )
     if is_data_sqlstate(err.sqlstate):
         constraint = f" ({err.constraint})" if err.constraint else ""
