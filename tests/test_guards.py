@@ -635,3 +635,48 @@ def test_load_without_a_needed_privilege_is_refused_before_anything_changes(
     assert no_copies == []
     assert _state(db, "items") == before
     assert _relations(db) == relations
+
+
+def test_reject_table_made_before_needs_only_insert_on_it(db, login_role, tmp_path):
+    """The README's privileges table: with on_error="reject", CREATE on the reject table's
+    schema is needed "the first time" only, then INSERT on the table."""
+    _items_with_rows(db)
+    rejects_schema = f"{db.schema}_rej"
+    _run(
+        db,
+        "GRANT USAGE, CREATE ON SCHEMA {s} TO {r}",
+        "ALTER TABLE {s}.items OWNER TO {r}",
+        "CREATE SCHEMA {k}",
+        "GRANT USAGE ON SCHEMA {k} TO {r}",
+        r=login_role["name"],
+        k=rejects_schema,
+    )
+    try:
+        # the first load creates the reject table (run by a role that may)
+        first = _write(tmp_path, "first.csv", ["1,a"])
+        runner.load(
+            db.dsn, db.table("items"), str(first), on_error="reject",
+            reject_table=f"{rejects_schema}.rejects",
+        )  # fmt: skip
+        _run(db, "GRANT INSERT ON {k}.rejects TO {r}", r=login_role["name"], k=rejects_schema)
+        before = _state(db, "items")
+        path = _write(tmp_path, "items.csv", ["1,a", "x,bad id", "3,c"])
+
+        try:
+            summary = runner.load(
+                login_role["dsn"],
+                db.table("items"),
+                str(path),
+                on_error="reject",
+                max_rejects=1,
+                reject_table=f"{rejects_schema}.rejects",
+            )
+        except Exception:
+            assert _state(db, "items") == before
+            assert leftovers(db) == []
+            raise
+
+        assert (summary.rows, summary.rejects) == (2, 1)
+        assert db.scalar(f"SELECT raw_line FROM {rejects_schema}.rejects") == "x,bad id"
+    finally:
+        _run(db, "DROP SCHEMA {k} CASCADE", k=rejects_schema)

@@ -277,6 +277,32 @@ def test_rejects_in_gzip_crlf_files_with_a_header(db, connect, tmp_path):
     assert leftovers(db) == []
 
 
+def test_not_null_reject_names_the_target_not_the_staging_table(db, connect, tmp_path):
+    """A reject row outlives the load; its error must name the table the user loads, not the
+    staging table that is gone afterwards (finalize's errors are mapped back the same way)."""
+    path = tmp_path / "items.csv"
+    null_name = (
+        "77,,1.00,2024-01-01,x",
+        'null value in column "name" of relation "items" violates not-null constraint',
+    )
+    expected, good = write_source(path, range(1, 201), {77: null_name, 150: bad_amount(150)})
+    seeded_items(db)
+    truth = reference(db, tmp_path, good)
+
+    summary = runner.load(
+        connect,
+        db.table("items"),
+        str(path),
+        on_error="reject",
+        max_rejects=2,
+        load_id="c5c5c5c5c5c5",
+    )
+
+    assert (summary.rows, summary.rejects) == (198, 2)
+    assert db.checksum("items") == truth
+    assert reject_rows(db, "c5c5c5c5c5c5") == expected
+
+
 # --- max_rejects ----------------------------------------------------------------------------------
 
 
