@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 from helpers import catalog_snapshot, leftovers, write_csv
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
+from test_server_faults import DdlTrap, sqlstate_of
 
 from airflow_pg_bulk import runner, steps
+from airflow_pg_bulk.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,
@@ -114,58 +118,123 @@ def test_replace_keeps_indexes_constraints_triggers_grants_comments_and_views(
     assert leftovers(db) == []
 
 
-# Statements inside finalize (and prepare) at which a failure is injected.
-FAULT_POINTS = [
-    "CREATE TABLE",  # prepare: staging
-    "COPY ",  # copy
-    "CREATE UNIQUE INDEX",  # finalize: index build
-    "USING INDEX",  # finalize: key from index
-    "VALIDATE CONSTRAINT",  # finalize: validation
-    "ANALYZE",
-    "LOCK TABLE",  # swap: first statement
-    "RENAME TO",  # swap: middle
-    "DROP TABLE",  # swap: dropping the old table
-    "GRANT ",  # swap: late
-    "COMMENT ON CONSTRAINT",  # swap: later
-    'ADD CONSTRAINT "orders_item_fk"',  # swap: last statement
+# Statements of prepare, copy and finalize at which the server fails the load. Each fault is
+# raised by PostgreSQL in the load's own transaction (which the server aborts): by an event
+# trigger (``DdlTrap``, tests/test_server_faults.py) raising right after the DDL statement ran,
+# or by a lock held by another session and a lock_timeout for the statements that take no
+# DDL trigger. The rerun is what Airflow does after such a failure: the failed task retried.
+DDL_FAULTS = [
+    ("prepare", "CREATE TABLE"),  # staging
+    ("finalize", "CREATE UNIQUE INDEX"),  # index build
+    ("finalize", "USING INDEX"),  # key from index
+    ("finalize", "VALIDATE CONSTRAINT"),  # validation
+    ("finalize", "RENAME TO"),  # swap: the target renamed away
+    ("finalize", "DROP TABLE"),  # swap: dropping the old table
+    ("finalize", "GRANT "),  # swap: late
+    ("finalize", "COMMENT ON CONSTRAINT"),  # swap: later
+    ("finalize", 'ADD CONSTRAINT "orders_item_fk"'),  # swap: last statement
 ]
+LOCK_FAULTS = [
+    ("copy", "COPY "),  # staging locked by another session while COPY starts
+    ("finalize", "LOCK TABLE"),  # swap: the target locked by another session
+]
+COLUMNS = ("id", "name", "amount", "gid", "day", "note")
 
 
-@pytest.mark.parametrize("fault", FAULT_POINTS)
-def test_failure_at_any_point_leaves_target_as_it_was(db, tmp_path, monkeypatch, fault):
+def fault_id(fault: tuple[str, str]) -> str:
+    return fault[1].strip().replace('"', "")
+
+
+@pytest.mark.parametrize("fault", DDL_FAULTS + LOCK_FAULTS, ids=fault_id)
+def test_failure_at_any_point_leaves_target_as_it_was_and_the_retry_completes(db, tmp_path, fault):
     build_rich_target(db)
     before = catalog_snapshot(db, "Items")
     data_before = db.checksum("Items")
+    orders_before = db.checksum("orders")
     path = write_csv(tmp_path / "items.csv", new_rows())
-    real_execute = steps.execute
-    real_copy_in = steps.copy_in
-    fired = []  # the fault fires once; cleanup afterwards runs normally
+    db.run(
+        f"CREATE TABLE {db.schema}.expected AS SELECT {', '.join(COLUMNS)}"
+        f' FROM {db.schema}."Items" WITH NO DATA'
+    )
+    with (
+        db.conn.cursor() as cur,
+        cur.copy(f"COPY {db.schema}.expected FROM STDIN (FORMAT csv)") as c,
+    ):
+        c.write(path.read_bytes())
+    new_data = db.checksum("expected")
+    request = LoadRequest(
+        table=f'{db.schema}."Items"',
+        source=(str(path),),
+        columns=COLUMNS,
+        partitions=2,
+        settings=Settings(lock_timeout="200ms"),
+    )
+    step, needle = fault
+    load_id = "cccccccccccc"
+    staging = f'"{db.schema}"."_pgbulk_{load_id}_stage"'
+    # the load's role waits at most 200 ms for any lock (ALTER ROLE ... SET lock_timeout)
+    role_dsn = make_conninfo(db.dsn, options="-c lock_timeout=200")
+    trap = DdlTrap(db) if (fault in DDL_FAULTS) else None
+    blocker = psycopg.connect(db.dsn)
+    conn = open_connection(role_dsn)
 
-    def execute(conn, statement):
-        if not fired and fault in statement.as_string():
-            fired.append(fault)
-            raise RuntimeError(f"injected fault at {fault}")
-        return real_execute(conn, statement)
+    def arm() -> None:
+        if trap:
+            trap.arm(needle, "raise")
+        elif step == "copy":
+            blocker.execute(f"LOCK TABLE {staging} IN SHARE MODE")
+        else:
+            blocker.execute(f'LOCK TABLE "{db.schema}"."Items" IN ACCESS SHARE MODE')
 
-    def copy_in(conn, statement, chunks):
-        if fault == "COPY " and not fired:
-            fired.append(fault)
-            raise RuntimeError("injected fault at COPY")
-        return real_copy_in(conn, statement, chunks)
+    def disarm() -> None:
+        if trap:
+            trap.disarm()
+        blocker.rollback()
 
-    monkeypatch.setattr(steps, "execute", execute)
-    monkeypatch.setattr(steps, "copy_in", copy_in)
-    with pytest.raises(RuntimeError, match="injected fault"):
-        runner.load(
-            db.dsn,
-            f'{db.schema}."Items"',
-            str(path),
-            partitions=2,
-            columns=["id", "name", "amount", "gid", "day", "note"],
-        )
+    def unchanged() -> None:
+        assert catalog_snapshot(db, "Items") == before
+        assert db.checksum("Items") == data_before
+        assert db.checksum("orders") == orders_before
 
+    try:
+        if step == "prepare":
+            arm()
+            with pytest.raises(Exception) as info:
+                steps.prepare(conn, request, load_id)
+            disarm()
+            unchanged()
+            assert leftovers(db) == []
+        plan = steps.prepare(conn, request, load_id)  # (the retry, after a failed prepare)
+        if step == "copy":
+            arm()
+            with pytest.raises(TransientLoadError) as info:
+                steps.copy_partition(conn, plan, 0)
+            disarm()
+            unchanged()
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        if step == "finalize":
+            arm()
+            with pytest.raises(Exception) as info:
+                steps.finalize(conn, plan)
+            disarm()
+            unchanged()
+        # the error is the server's: a trap's raise_exception, or a lock timeout
+        assert sqlstate_of(info.value) == ("P0001" if trap else "55P03"), repr(info.value)
+        assert needle.strip() in str(info.value) if trap else "lock timeout" in str(info.value)
+        summary = steps.finalize(conn, plan)  # (the retry, after a failed finalize)
+        steps.cleanup(conn, db.schema, load_id)
+    finally:
+        conn.close()
+        blocker.close()
+        if trap:
+            trap.drop()
+
+    assert summary.rows == 400
     assert catalog_snapshot(db, "Items") == before
-    assert db.checksum("Items") == data_before
+    assert db.checksum("orders") == orders_before
+    assert db.checksum("Items", ", ".join(COLUMNS)) == new_data  # all new rows, each once
+    assert db.scalar(f"SELECT count(*) FROM {db.schema}.expensive") == 301
     assert leftovers(db) == []
 
 
@@ -236,8 +305,6 @@ def test_replace_that_would_orphan_referencing_rows_is_refused(db, connect, tmp_
 
 
 def test_locked_target_times_out_clearly_and_retry_succeeds(db, tmp_path, pg_dsn):
-    import psycopg
-
     build_rich_target(db)
     path = write_csv(tmp_path / "items.csv", new_rows(50))
     request = LoadRequest(
