@@ -675,6 +675,68 @@ def test_append_terminated_during_insert_select_then_retry_appends_once(
     loaded_and_traps_live(db, target, new)
 
 
+def test_deadlock_in_the_swap_then_retry_swaps(db, tmp_path):
+    """Another session updates ``orders`` and then reads the target, while the swap holds the
+    target and waits for ``orders``: the server's deadlock detector aborts the swap (40P01).
+    Retryable, the target untouched; the retry swaps."""
+    build_target(db)
+    target = Target(db)
+    path = write_source(tmp_path, new_rows("replace"))
+    new = expected_checksum(db, path, "replace")
+    plan = prepare(db, request(db, path, "replace"))
+    copy(db, plan)
+    other = psycopg.connect(db.dsn)
+    try:
+        other.execute(sql.SQL("UPDATE {} SET oid = oid").format(db.ident("orders")))
+        step, _pid = run_finalize_until(db, plan, "DROP CONSTRAINT", waiting="relation")
+        reader = Background(
+            lambda: other.execute(sql.SQL("SELECT count(*) FROM {}").format(db.ident("items")))
+        )
+        error = step.join()
+        assert reader.join() is None
+        other.commit()
+    finally:
+        other.close()
+
+    assert isinstance(error, TransientLoadError), repr(error)
+    assert sqlstate_of(error) == "40P01"
+    target.untouched()
+    finalize(db, plan)
+    cleanup(db, plan)
+    loaded_and_traps_live(db, target, new)
+
+
+def test_finalize_retried_while_the_stalled_first_attempt_still_runs(db, tmp_path):
+    """Airflow retries finalize while the first attempt's worker is stalled (a zombie): its
+    backend is still building an index on staging when the retry builds the same one. The
+    retry must wait and go on, or fail in a way worth retrying (never as bad data); in the
+    end the target holds the new data once."""
+    build_target(db)
+    target = Target(db)
+    path = write_source(tmp_path, new_rows("replace"))
+    new = expected_checksum(db, path, "replace")
+    plan = prepare(db, request(db, path, "replace"))
+    copy(db, plan)
+    arm(db, "index", mark_id("replace"), secs=2)
+
+    zombie, _pid = run_finalize_until(db, plan, "CREATE INDEX")
+    retry_error = None
+    try:
+        finalize(db, plan)
+    except Exception as exc:
+        retry_error = exc
+    zombie_error = zombie.join()
+    disarm(db)
+
+    assert not isinstance(retry_error, TERMINAL), (
+        f"a retried finalize racing its stalled first attempt failed as terminal: {retry_error!r}"
+    )
+    if retry_error is not None and zombie_error is not None:
+        finalize(db, plan)  # one more retry
+    cleanup(db, plan)
+    loaded_and_traps_live(db, target, new)
+
+
 # --- 3. functions, triggers and constraints that raise ---------------------------------------
 
 
@@ -859,6 +921,41 @@ def test_crash_during_validate_then_retried_finalize_resumes(own_server, own_db,
     finalize(db, plan)
     cleanup(db, plan)
     loaded_and_traps_live(db, target, new)
+
+
+def test_crash_during_set_logged_then_finalize_refuses_and_rerun_completes(
+    own_server, own_db, tmp_path
+):
+    """Unlogged staging (replace, staging_logged=False): the crash comes while SET LOGGED has
+    rewritten staging but not committed; crash recovery empties the still unlogged staging.
+    The retried finalize must notice (terminal, target untouched); the rerun completes."""
+    db = own_db
+    build_target(db)
+    target = Target(db)
+    trap = DdlTrap(db)
+    try:
+        path = write_source(tmp_path, new_rows("replace"))
+        new = expected_checksum(db, path, "replace")
+        req = request(db, path, "replace", staging_logged=False)
+        plan = prepare(db, req)
+        copy(db, plan)
+        trap.arm("SET LOGGED")
+
+        crash_during_finalize(own_server, db, plan, "SET LOGGED")
+
+        target.untouched()
+        trap.disarm()
+        with pytest.raises(IncompleteLoadError, match="crash"):
+            finalize(db, plan)
+        target.untouched()
+        cleanup(db, plan)
+        plan = prepare(db, req, plan.load_id)
+        copy(db, plan)
+        finalize(db, plan)
+        cleanup(db, plan)
+        loaded_and_traps_live(db, target, new)
+    finally:
+        trap.drop()
 
 
 @pytest.mark.parametrize("needle", ['" RENAME TO "items"', "DROP TABLE"])
