@@ -583,6 +583,40 @@ def test_terminated_during_validate_then_retried_finalize_resumes(db, tmp_path):
     loaded_and_traps_live(db, target, new)
 
 
+def test_terminated_during_analyze_then_retried_finalize_goes_on_to_the_swap(
+    db, tmp_path, ddl_trap
+):
+    """ANALYZE evaluates the expression index's ``trap('index', id)`` on its sample: armed
+    once the last constraint is validated (the event trigger holds finalize there), so the
+    index builds before it are not caught. Terminated in ANALYZE, the retry finds every
+    index and constraint built and validated, and goes on to ANALYZE and the swap."""
+    build_target(db)
+    target = Target(db)
+    path = write_source(tmp_path, new_rows("replace"))
+    new = expected_checksum(db, path, "replace")
+    plan = prepare(db, request(db, path, "replace"))
+    copy(db, plan)
+    last = naming.temp_constraint(plan.load_id, len(plan.target.constraints) - 1)
+    ddl_trap.arm(f'VALIDATE CONSTRAINT "{last}"', secs=1)
+
+    step, _ = run_finalize_until(db, plan, "VALIDATE CONSTRAINT")
+    arm(db, "index", mark_id("replace"))
+    pid = caught(db, "ANALYZE", step=step)
+    terminate(db, pid)
+    error = step.join()
+    ddl_trap.disarm()
+
+    assert isinstance(error, TransientLoadError), repr(error)
+    target.untouched()
+    built = built_on_staging(db, plan)
+    assert len(built) == len(plan.target.indexes) + len(plan.target.constraints)
+    assert all(built.values()), built
+    disarm(db)
+    finalize(db, plan)
+    cleanup(db, plan)
+    loaded_and_traps_live(db, target, new)
+
+
 def test_terminated_mid_swap_waiting_for_a_referencing_table_then_retry_swaps(db, tmp_path):
     """The swap holds the target's ACCESS EXCLUSIVE lock and waits for ``orders`` (a report
     reads it) to drop its foreign key: terminated there, the server rolls the swap back."""
