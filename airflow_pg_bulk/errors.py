@@ -72,6 +72,7 @@ class TransientLoadError(PgBulkError):
 TRANSIENT_SQLSTATES = frozenset(
     {
         "55P03",  # lock_not_available (lock_timeout)
+        "57014",  # query_canceled (statement_timeout, or a cancel on kill)
         "40001",  # serialization_failure
         "40P01",  # deadlock_detected
         "57P01",  # admin_shutdown

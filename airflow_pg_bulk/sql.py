@@ -66,6 +66,16 @@ def advisory_xact_lock(oid: int) -> Composed:
     )
 
 
+def load_lock(load_id: str, *, release: bool = False) -> Composed:
+    """Take (or release) the session-level lock that one finalize of a load holds throughout,
+    so a retry started while a stalled attempt still works waits for it (under lock_timeout)
+    instead of racing it."""
+    function = SQL("pg_advisory_unlock" if release else "pg_advisory_lock")
+    return SQL("SELECT {}(hashtext('airflow_pg_bulk_finalize'), hashtext({}))").format(
+        function, Literal(load_id)
+    )
+
+
 # --- catalog capture -------------------------------------------------------------------------
 
 
@@ -371,6 +381,20 @@ def partition_figures(schema: str, ledger: str, partition: int) -> Composed:
     """The committed figures of one partition."""
     return SQL("SELECT rows, bytes, seconds, rejects FROM {} WHERE partition = {}").format(
         _table(schema, ledger), Literal(partition)
+    )
+
+
+FINALIZED = -1  # the ledger row that says the load became visible
+
+
+def mark_finalized(schema: str, ledger: str, rows: int, nbytes: int, rejects: int) -> Composed:
+    """Note in the ledger, in the transaction that makes the load visible, that it did: a
+    finalize retried after that commit (its acknowledgement lost) then does nothing."""
+    return SQL(
+        "INSERT INTO {} (partition, rows, bytes, rejects) VALUES ({}, {}, {}, {})"
+        " ON CONFLICT (partition) DO NOTHING"
+    ).format(
+        _table(schema, ledger), Literal(FINALIZED), Literal(rows), Literal(nbytes), Literal(rejects)
     )
 
 

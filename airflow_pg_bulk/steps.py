@@ -326,16 +326,32 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     append: insert the staged rows into the target in one transaction."""
     clock = PhaseClock()
     t = plan.target
+    locked = False
     try:
         with clock.phase("check"):
-            rows, nbytes, rejected = _check_ledger(conn, plan)
-        if plan.mode == "replace":
-            _finalize_replace(conn, plan, clock, rows)
+            execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+            execute(conn, sql.load_lock(plan.load_id))
+            conn.commit()
+            locked = True
+            rows, nbytes, rejected, finalized = _check_ledger(conn, plan)
+        if finalized:
+            log.info(
+                "Load %s was finalized before (the last attempt's commit went through): "
+                "%d rows are in %s; nothing to do",
+                plan.load_id,
+                rows,
+                t.qualified,
+            )
+        elif plan.mode == "replace":
+            _finalize_replace(conn, plan, clock, rows, nbytes, rejected)
         else:
-            _finalize_append(conn, plan, clock, rows)
+            _finalize_append(conn, plan, clock, rows, nbytes, rejected)
     except BaseException as exc:
         _safe_rollback(conn)
         raise _finalize_error(exc, plan) from exc
+    finally:
+        if locked:
+            _release_load_lock(conn, plan)
     summary = LoadSummary(
         t.qualified,
         plan.mode,
@@ -357,9 +373,23 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     return summary
 
 
-def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int]:
+def _release_load_lock(conn: Any, plan: LoadPlan) -> None:
+    try:
+        execute(conn, sql.load_lock(plan.load_id, release=True))
+        conn.commit()
+    except Exception:  # the connection may be gone: the session's end released the lock
+        log.debug("releasing the finalize lock failed", exc_info=True)
+
+
+def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int, bool]:
+    """Rows, bytes and rejects of the committed partitions, and whether the load was made
+    visible before (a retry after a commit whose acknowledgement was lost)."""
     t = plan.target
     ledger = execute(conn, sql.ledger_rows(t.schema, plan.ledger_table))
+    for row in ledger:
+        if row[0] == sql.FINALIZED:
+            conn.commit()
+            return row[1], row[2], row[4], True
     done = {row[0] for row in ledger}
     missing = sorted(p.index for p in plan.partitions if p.index not in done)
     if missing:
@@ -385,7 +415,7 @@ def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int]:
                 "Nothing reached the target; run the load again"
             )
     conn.commit()
-    return rows, nbytes, rejected
+    return rows, nbytes, rejected, False
 
 
 def _staging_lost(plan: LoadPlan, staged: int, rows: int) -> IncompleteLoadError:
@@ -397,7 +427,9 @@ def _staging_lost(plan: LoadPlan, staged: int, rows: int) -> IncompleteLoadError
     )
 
 
-def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> None:
+def _finalize_append(
+    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+) -> None:
     t = plan.target
     with clock.phase("insert"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
@@ -417,6 +449,7 @@ def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) ->
         if inserted != rows:
             conn.rollback()
             raise _staging_lost(plan, inserted, rows)
+        execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
         conn.commit()
     if plan.settings.analyze:
         with clock.phase("analyze"):
@@ -424,7 +457,9 @@ def _finalize_append(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) ->
             conn.commit()
 
 
-def _finalize_replace(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> None:
+def _finalize_replace(
+    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+) -> None:
     """Build on staging what the target has; steps already done by an earlier attempt of this
     finalize are skipped, so a retry goes on where the last one stopped."""
     t = plan.target
@@ -465,6 +500,8 @@ def _finalize_replace(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -
             conn.commit()
     with clock.phase("swap"):
         _swap(conn, plan, index_names, constraint_names)
+        execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
+        conn.commit()
 
 
 def _temp_names(plan: LoadPlan) -> tuple[dict[str, str], dict[str, str]]:
@@ -581,7 +618,7 @@ def _swap(
                 key.schema, key.table, key.name, key.definition, not_valid=not key.validated
             ),
         )
-    conn.commit()
+    # (the caller notes the load as finalized in the same transaction, then commits)
 
 
 def _restore_properties(conn: Any, t: TargetDefinition) -> None:
@@ -632,6 +669,12 @@ def _finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
         return TransientLoadError(
             f"finalize of {t.qualified}: {err.message} (SQLSTATE {err.sqlstate}{waited}); "
             "the target is unchanged and a retry may succeed",
+            sqlstate=err.sqlstate,
+        )
+    if is_data_sqlstate(err.sqlstate) and (err.constraint or "").startswith("pg_"):
+        return TransientLoadError(  # a system catalog's unique index: a race on a name
+            f"finalize of {t.qualified}: {err.message} (SQLSTATE {err.sqlstate}): another "
+            "session created the same object at the same time; a retry may succeed",
             sqlstate=err.sqlstate,
         )
     if is_data_sqlstate(err.sqlstate):
