@@ -84,6 +84,7 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
             )
         indexes.append(IndexDef(name, unique, definition[len(prefix) :], con_name, idx_comment))
     constraints = []
+    problems = []
     for (
         name,
         kind,
@@ -96,9 +97,7 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
         deferred,
     ) in execute(conn, sql.table_constraints(oid)):
         if self_ref:
-            raise LoadRefusedError(
-                f"{schema}.{table} has a foreign key to itself ({name}); not supported yet"
-            )
+            problems.append(f"it has a foreign key to itself ({name})")
         constraints.append(
             ConstraintDef(
                 name, kind, definition, validated, index, con_comment, deferrable, deferred
@@ -115,7 +114,6 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
     referencing = tuple(ReferencingKey(*row) for row in execute(conn, sql.referencing_keys(oid)))
     sequences = tuple(OwnedSequence(*row) for row in execute(conn, sql.owned_sequences(oid)))
     views = []
-    problems = []
     for view_schema, view_name, view_kind, _body, _options in execute(
         conn, sql.dependent_views(oid)
     ):

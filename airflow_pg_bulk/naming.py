@@ -9,6 +9,10 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from airflow_pg_bulk.plan import LoadPlan
 
 PREFIX = "_pgbulk_"
 _LOAD_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -65,3 +69,23 @@ def temp_sequence(load_id: str, number: int) -> str:
 def run_objects_pattern(load_id: str) -> str:
     """A LIKE pattern matching every table this load created."""
     return f"\\_pgbulk\\_{check_load_id(load_id)}\\_%"
+
+
+def temp_names(plan: LoadPlan) -> tuple[dict[str, str], dict[str, str]]:
+    """Original → temporary names of the indexes and constraints built on staging."""
+    t = plan.target
+    indexes = {idx.name: temp_index(plan.load_id, n) for n, idx in enumerate(t.indexes)}
+    constraints = {
+        con.name: temp_constraint(plan.load_id, n) for n, con in enumerate(t.constraints)
+    }
+    return indexes, constraints
+
+
+def original_names(plan: LoadPlan, text: str) -> str:
+    """``text`` with the temporary names of staging objects replaced by the target's own."""
+    indexes, constraints = temp_names(plan)
+    back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
+    back[plan.staging_table] = plan.target.table
+    for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
+        text = text.replace(temp, back[temp])
+    return text

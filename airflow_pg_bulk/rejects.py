@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from typing import Any
 
-from airflow_pg_bulk import accounting, records, sources, splitting, sql
+from airflow_pg_bulk import accounting, naming, records, sources, splitting, sql
 from airflow_pg_bulk.driver import (
     collect_notices,
     copy_in,
@@ -216,7 +216,7 @@ def _record(conn: Any, plan: LoadPlan, piece: Piece, line: int, raw: bytes, erro
             raw_line=raw.decode(sources.python_encoding(plan.copy.encoding), "replace").replace(
                 "\x00", "\ufffd"
             ),
-            error=error,
+            error=naming.original_names(plan, error),
         ),
     )
     log.info("Rejected %s line %d: %s", piece.path, line, error)

@@ -189,8 +189,11 @@ def owned_sequences(oid: int) -> Composed:
 
 
 def sequence_state(schema: str, name: str) -> Composed:
-    """A sequence's ``last_value`` and ``is_called``."""
-    return SQL("SELECT last_value, is_called FROM {}").format(_table(schema, name))
+    """A sequence's ``last_value``, ``is_called`` and increment."""
+    return SQL(
+        "SELECT s.last_value, s.is_called, q.seqincrement FROM {} s, pg_catalog.pg_sequence q"
+        " WHERE q.seqrelid = {}::regclass"
+    ).format(_table(schema, name), Literal(Identifier(schema, name).as_string()))
 
 
 def dependent_views(oid: int) -> Composed:
@@ -207,7 +210,8 @@ def dependent_views(oid: int) -> Composed:
 
 def unsupported_dependents(oid: int) -> Composed:
     """Objects depending on the target that a replace cannot carry over (policies, rules,
-    publications, statistics objects, functions, ...), described in words."""
+    publications, statistics objects, functions, ...), described in words. Views and
+    materialized views are not listed here: :func:`dependent_views` reads them."""
     return SQL(
         "SELECT DISTINCT pg_describe_object(d.classid, d.objid, 0) FROM pg_depend d"
         " WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = {0}"
@@ -218,7 +222,8 @@ def unsupported_dependents(oid: int) -> Composed:
         "   AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('i', 'S', 't'))"
         " AND NOT (d.classid = 'pg_rewrite'::regclass AND EXISTS ("
         "   SELECT 1 FROM pg_rewrite r JOIN pg_class v ON v.oid = r.ev_class"
-        "   WHERE r.oid = d.objid AND r.rulename = '_RETURN' AND v.relkind = 'v' AND v.oid <> {0}))"
+        "   WHERE r.oid = d.objid AND r.rulename = '_RETURN' AND v.relkind IN ('v', 'm')"
+        "   AND v.oid <> {0}))"
         " ORDER BY 1"
     ).format(Literal(oid))
 
@@ -402,6 +407,13 @@ def ledger_rows(schema: str, ledger: str) -> Composed:
     """Every committed partition with its figures."""
     return SQL("SELECT partition, rows, bytes, seconds, rejects FROM {} ORDER BY partition").format(
         _table(schema, ledger)
+    )
+
+
+def relation_exists(schema: str, name: str) -> Composed:
+    """Whether a table (or any relation) of that name exists."""
+    return SQL("SELECT to_regclass({}) IS NOT NULL").format(
+        Literal(Identifier(schema, name).as_string())
     )
 
 

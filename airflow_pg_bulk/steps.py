@@ -95,7 +95,9 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
             target=target,
             staging_table=naming.staging_table(load_id),
             ledger_table=naming.ledger_table(load_id),
-            staging_logged=request.staging_is_logged(),
+            # an unlogged target stays unlogged: its replacement is staged unlogged
+            staging_logged=request.staging_is_logged()
+            and not (request.mode == "replace" and target.persistence == "u"),
             columns=tuple(columns),
             copy=request.copy,
             partitions=tuple(partitions),
@@ -107,7 +109,8 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
         _drop_run_tables(conn, schema, load_id)
         _create_staging(conn, plan)
         execute(conn, sql.create_ledger(schema, plan.ledger_table))
-        if reject_table:
+        if reject_table and not scalar(conn, sql.relation_exists(*reject_table)):
+            # (CREATE ... IF NOT EXISTS would need CREATE on the schema every time)
             execute(conn, sql.create_reject_table(*reject_table))
         conn.commit()
     except BaseException:
@@ -306,7 +309,8 @@ def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
     if value is not None and value not in err.message:
         message += f" (value {value!r})"
     if err.detail:
-        message += f"; {err.detail}"
+        message += f"; {err.detail.rstrip('.')}"
+    message = naming.original_names(plan, message)
     message += f". Nothing of this load reached {plan.target.qualified}."
     return BadDataError(message, path=piece.path, line=line, column=column, value=value)
 
@@ -476,7 +480,7 @@ def _finalize_replace(
         conn.commit()
         if staged != rows:
             raise _staging_lost(plan, staged, rows)
-    index_names, constraint_names = _temp_names(plan)
+    index_names, constraint_names = naming.temp_names(plan)
     with clock.phase("indexes"):
         for index in t.indexes:
             name = index_names[index.name]
@@ -502,26 +506,6 @@ def _finalize_replace(
         _swap(conn, plan, index_names, constraint_names)
         execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
         conn.commit()
-
-
-def _temp_names(plan: LoadPlan) -> tuple[dict[str, str], dict[str, str]]:
-    """Original → temporary names of the indexes and constraints built on staging."""
-    t = plan.target
-    indexes = {idx.name: naming.temp_index(plan.load_id, n) for n, idx in enumerate(t.indexes)}
-    constraints = {
-        con.name: naming.temp_constraint(plan.load_id, n) for n, con in enumerate(t.constraints)
-    }
-    return indexes, constraints
-
-
-def _original_names(plan: LoadPlan, text: str) -> str:
-    """``text`` with the temporary names of staging objects replaced by the target's own."""
-    indexes, constraints = _temp_names(plan)
-    back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
-    back[plan.staging_table] = plan.target.table
-    for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
-        text = text.replace(temp, back[temp])
-    return text
 
 
 def _staging_state(conn: Any, plan: LoadPlan) -> dict[tuple[str, str], bool | None]:
@@ -595,6 +579,10 @@ def _swap(
         execute(conn, sql.drop_constraint(key.schema, key.table, key.name))
     execute(conn, sql.rename_table(schema, table, retired))
     execute(conn, sql.rename_table(schema, plan.staging_table, table))
+    if t.owner != scalar(conn, sql.current_user()):
+        # first: a serial sequence (the target owner's) can only be owned by a table of the
+        # same owner
+        execute(conn, sql.set_owner(schema, table, t.owner))
     for view_schema, view_name, _kind, body, options in views:
         execute(conn, sql.create_or_replace_view(view_schema, view_name, options, body))
     for seq in t.sequences:
@@ -606,10 +594,16 @@ def _swap(
     for index in t.indexes:
         if index.constraint is None:
             execute(conn, sql.rename_index(schema, index_names[index.name], index.name))
-    for column, (name, last_value, is_called) in identity_positions.items():
+    for column, (name, last_value, is_called, _increment) in identity_positions.items():
         new_schema, new_name = execute(conn, sql.identity_sequence(schema, table, column))[0]
+        staged_last, staged_called, increment = execute(
+            conn, sql.sequence_state(new_schema, new_name)
+        )[0]
         execute(conn, sql.rename_sequence(new_schema, new_name, name))
-        execute(conn, sql.set_sequence(new_schema, name, last_value, is_called))
+        # Rows loaded without the key took values from staging's own sequence: never go back
+        # behind them (an INSERT would collide); otherwise keep the old table's position.
+        if not (staged_called and (not is_called or (staged_last - last_value) * increment > 0)):
+            execute(conn, sql.set_sequence(new_schema, name, last_value, is_called))
     _restore_properties(conn, t)
     for key in t.referencing_keys:
         execute(
@@ -630,8 +624,6 @@ def _restore_properties(conn: Any, t: TargetDefinition) -> None:
     execute(conn, sql.reset_autovacuum(schema, table))
     if t.reloptions:
         execute(conn, sql.set_reloptions(schema, table, t.reloptions))
-    if t.owner != scalar(conn, sql.current_user()):
-        execute(conn, sql.set_owner(schema, table, t.owner))
     for g in t.grants:
         execute(
             conn,
@@ -681,7 +673,7 @@ def _finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
         constraint = f" ({err.constraint})" if err.constraint else ""
         detail = f": {err.detail.rstrip('.')}" if err.detail else ""
         return ConstraintViolationError(
-            _original_names(
+            naming.original_names(
                 plan,
                 f"the loaded rows break a constraint of {t.qualified}{constraint}: "
                 f"{_truncate(err.message, 300)}{_truncate(detail, 300)}. The target is unchanged",

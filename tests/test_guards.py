@@ -533,7 +533,11 @@ def test_replace_of_a_table_with_a_foreign_key_to_itself_is_refused(
     with pytest.raises(LoadRefusedError) as info:
         runner.load(connect, db.table("tree"), str(path))
 
-    assert f"{db.schema}.tree has a foreign key to itself (tree_parent_fk)" in str(info.value)
+    assert (
+        f"replace of {db.schema}.tree refused before anything changed: it has a foreign key "
+        "to itself (tree_parent_fk)" in str(info.value)
+    )
+    assert "use mode='append'" in str(info.value)
     assert no_copies == []
     assert _state(db, "tree") == before
     assert leftovers(db) == []
