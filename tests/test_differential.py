@@ -1,0 +1,696 @@
+"""Differential test: a load must give exactly what ONE plain ``COPY ... FROM STDIN`` of the
+whole file gives, at every partition count ("Nothing lost, verified", item 3).
+
+Thousands of small hostile files (csv and text format, every quote/escape/NULL/delimiter
+setting, LF/CRLF/CR line endings inside and outside quotes, occasionally mixed, backslashes
+everywhere, the ``\\.`` end-of-data marker anywhere, headers whose line ending may differ,
+fields longer than the splitter's read block, empty files, no final newline, wrong field
+counts) are generated from a fixed seed. For each file:
+
+* the oracle is one ``COPY target FROM STDIN (...)`` of the whole file's bytes through psycopg 3,
+  its options written here by hand from the case's parameters (not through the package);
+* the load is ``airflow_pg_bulk.load(..., mode="append", partitions=N)`` into an empty table of
+  the same shape, for N in :data:`PARTITIONS`.
+
+The rule: where COPY succeeds the load gives the same rows (as a multiset); where COPY fails
+the load fails with one of the package's errors. One exception: where COPY "succeeds" only
+because it stopped at an end-of-data marker with bytes after it (rows silently skipped), the
+load must fail with a ``BadDataError`` naming the marker's line. Where and when COPY takes
+``\\.`` for the end of data is modelled independently here (:func:`marker_stop`, a transcription
+of ``CopyReadLineText`` for 15 and 18); a final marker with nothing after it is harmless.
+
+Re-run: ``.venv/bin/python -m pytest -q tests/test_differential.py -x`` (the default server is
+a throwaway PostgreSQL 18; ``PG_BULK_TEST_DSN`` names another). ``PG_BULK_DIFF_FILES`` sets how
+many generated files (default 1000), ``PG_BULK_DIFF_SEED`` the seed. A failure prints each
+failing case as a ``Case(...)`` literal: paste it into :data:`KNOWN` to keep it.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from airflow_pg_bulk import errors as pgbulk_errors
+from airflow_pg_bulk import load
+
+SEED = int(os.environ.get("PG_BULK_DIFF_SEED", "20261123"))
+FILES = int(os.environ.get("PG_BULK_DIFF_FILES", "1000"))
+BATCH = 100
+PARTITIONS = (1, 3, 7)
+COLUMNS = "abcd"  # the target tables t1..t4 have the first 1..4 of these, all text
+LONG = 70_000  # longer than the splitter's 64 KiB read block
+
+
+@dataclass(frozen=True)
+class Case:
+    """One file and the COPY options it is read with (None: COPY's default)."""
+
+    fmt: str
+    data: bytes
+    ncols: int
+    header: bool = False
+    delimiter: str | None = None
+    null: str | None = None
+    quote: str | None = None
+    escape: str | None = None
+    label: str = ""
+
+    def options(self) -> dict[str, Any]:
+        """The same options for airflow_pg_bulk.load()."""
+        opts: dict[str, Any] = {"format": self.fmt, "header": self.header}
+        for name in ("delimiter", "null", "quote", "escape"):
+            if getattr(self, name) is not None:
+                opts[name] = getattr(self, name)
+        return opts
+
+
+@dataclass
+class Outcome:
+    """What one COPY or one load gave: rows (sorted), or an error."""
+
+    rows: list[tuple[Any, ...]] | None = None
+    error: BaseException | None = None
+    message: str = field(default="")  # something wrong whatever the oracle says
+
+    def describe(self) -> str:
+        if self.error is None:
+            assert self.rows is not None
+            shown = [tuple(_short(v) for v in r) for r in self.rows[:6]]
+            more = f" +{len(self.rows) - 6} more" if len(self.rows) > 6 else ""
+            return f"{len(self.rows)} rows {shown}{more}"
+        return f"{type(self.error).__name__}: {_short(str(self.error), 300)}"
+
+
+def _short(value: Any, limit: int = 40) -> Any:
+    if isinstance(value, str) and len(value) > limit:
+        return value[:limit] + f"...({len(value)} chars)"
+    return value
+
+
+# --------------------------------------------------------------------------------------------
+# The oracle: one plain COPY of the whole file, options written by hand.
+# --------------------------------------------------------------------------------------------
+
+
+def copy_options_sql(case: Case) -> sql.Composed:
+    """``(FORMAT ..., HEADER ..., ...)`` for COPY, from the case's parameters."""
+    parts: list[sql.Composable] = [sql.SQL("FORMAT {}").format(sql.SQL(case.fmt))]
+    if case.header:
+        parts.append(sql.SQL("HEADER true"))
+    for keyword in ("delimiter", "null", "quote", "escape"):
+        value = getattr(case, keyword)
+        if value is not None:
+            parts.append(sql.SQL(keyword.upper() + " {}").format(sql.Literal(value)))
+    return sql.SQL("({})").format(sql.SQL(", ").join(parts))
+
+
+def sorted_rows(rows: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    return sorted(rows, key=lambda r: tuple((v is None, v or "") for v in r))
+
+
+@dataclass
+class Worker:
+    """One of the batch's parallel checkers: its own connection, tables and file."""
+
+    dsn: str
+    schema: str
+    conn: psycopg.Connection
+    prefix: str
+    directory: Path
+
+    def table(self, kind: str, ncols: int) -> str:
+        return f"{self.prefix}{kind}{ncols}"
+
+
+def oracle(worker: Worker, case: Case) -> Outcome:
+    """One COPY of the whole file into r<ncols>, rolled back after reading the rows."""
+    conn = worker.conn
+    table = sql.Identifier(worker.schema, worker.table("r", case.ncols))
+    statement = sql.SQL("COPY {} FROM STDIN {}").format(table, copy_options_sql(case))
+    try:
+        with conn.transaction(force_rollback=True), conn.cursor() as cur:
+            with cur.copy(statement) as copy:
+                copy.write(case.data)
+            cur.execute(sql.SQL("SELECT * FROM {}").format(table))
+            return Outcome(rows=sorted_rows(cur.fetchall()))
+    except psycopg.Error as exc:
+        return Outcome(error=exc)
+
+
+def run_load(worker: Worker, path: Path, case: Case, partitions: int) -> Outcome:
+    """The package's in-process load into the empty t<ncols>, then its rows (and emptied)."""
+    conn = worker.conn
+    name = worker.table("t", case.ncols)
+    table = f"{worker.schema}.{name}"
+    ident = sql.Identifier(worker.schema, name)
+    try:
+        summary = load(
+            worker.dsn,
+            table,
+            str(path),
+            mode="append",
+            partitions=partitions,
+            analyze=False,
+            **case.options(),
+        )
+    except Exception as exc:
+        outcome = Outcome(error=exc)
+    else:
+        outcome = Outcome(rows=[])
+    rows = sorted_rows(conn.execute(sql.SQL("SELECT * FROM {}").format(ident)).fetchall())
+    if outcome.error is None:
+        outcome.rows = rows
+        if summary.rows != len(rows):
+            outcome.message = "load's summary counts other rows than the target got"
+    elif rows:  # a failed load must leave the target untouched
+        outcome.message = "failed load left rows in the target"
+    conn.execute(sql.SQL("TRUNCATE {}").format(ident))
+    return outcome
+
+
+# --------------------------------------------------------------------------------------------
+# Where COPY takes "\." for the end of its input: CopyReadLineText, one byte at a time.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class MarkerStop:
+    """COPY stopped at an end-of-data marker on ``line``; ``after`` bytes of the file followed."""
+
+    line: int
+    after: int
+
+
+def marker_stop(case: Case, server_version: int) -> MarkerStop | None:
+    """The end-of-data marker COPY stops at, for a file COPY read without an error.
+
+    Before 18: text format stops at an unescaped ``\\.`` + newline anywhere on a line (data
+    before it on the line is the last row); csv at ``\\.`` + newline as the first bytes of a
+    record. 18: text format only at ``\\.`` alone on its line; csv never. Lines are physical
+    lines of the file (counted by the last byte of the file's line ending)."""
+    data, csv = case.data, case.fmt == "csv"
+    v18 = server_version >= 180000
+    if csv and v18:
+        return None
+    quote = (case.quote or '"').encode()[0]
+    escape = (case.escape or case.quote or '"').encode()[0]
+    escapec = -1 if escape == quote else escape
+    eol: bytes | None = None
+    in_quote = last_was_esc = False
+    first_in_record = True
+    i, n = 0, len(data)
+    while i < n:
+        c = data[i]
+        start = i
+        i += 1
+        record_start, first_in_record = first_in_record, False
+        if csv:
+            if in_quote and c == escapec:
+                last_was_esc = not last_was_esc
+            if c == quote and not last_was_esc:
+                in_quote = not in_quote
+            if c != escapec:
+                last_was_esc = False
+        if c == 0x0D and not (csv and in_quote):
+            if i < n and data[i] == 0x0A and eol in (None, b"\r\n"):
+                i += 1
+                eol = b"\r\n"
+            else:
+                eol = eol or b"\r"
+            first_in_record = True
+            continue
+        if c == 0x0A and not (csv and in_quote):
+            eol = eol or b"\n"
+            first_in_record = True
+            continue
+        if c != 0x5C or (csv and not record_start):
+            continue
+        if i < n and data[i] == 0x2E and not (v18 and not record_start):
+            j = i + 1
+            ending = eol or (b"\r\n" if data.startswith(b"\r\n", j) else data[j : j + 1])
+            if ending in (b"\n", b"\r", b"\r\n") and data.startswith(ending, j):
+                line = 1 + data.count((eol or ending)[-1:], 0, start)
+                return MarkerStop(line, n - (j + len(ending)))
+            if not csv:
+                return None  # an error in COPY: "end-of-copy marker corrupt"
+        elif not csv:
+            i += 1  # a backslash makes the next byte ordinary
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# The generator of hostile files.
+# --------------------------------------------------------------------------------------------
+
+EOLS = (b"\n", b"\r\n", b"\r")
+PLAIN = b"abcxyz019 "
+
+
+def _plain(rnd: random.Random, lo: int = 0, hi: int = 5) -> bytes:
+    return bytes(rnd.choice(PLAIN) for _ in range(rnd.randint(lo, hi)))
+
+
+def _csv_field(rnd: random.Random, case: dict[str, Any], eol: bytes) -> bytes:
+    q = case["quote"].encode()
+    e = (case["escape"] or case["quote"]).encode()
+    d = case["delimiter"].encode()
+    null = (case["null"] or "").encode()
+    kind = rnd.choices(
+        ["plain", "quoted", "backslash", "null", "qnull", "uni", "stray", "unterminated"],
+        [50, 22, 10, 5, 3, 2, 2, 0.3],
+    )[0]
+    if kind == "plain":
+        return _plain(rnd)
+    if kind == "quoted":
+        pieces = []
+        for _ in range(rnd.randint(0, 4)):
+            pieces.append(
+                rnd.choice(
+                    [
+                        _plain(rnd, 1),
+                        d,
+                        e + q,
+                        e + e,
+                        b"\n",
+                        b"\r",
+                        b"\r\n",
+                        eol,
+                        b"\\",
+                        b"\\.",
+                        eol + b"\\." + eol,
+                        b"\n\\.\n",
+                        null,
+                        b"\\N",
+                    ]
+                )
+            )
+        return q + b"".join(pieces) + q
+    if kind == "backslash":
+        return rnd.choice([b"\\", b"x\\", b"\\\\", b"\\N", b"\\.", b"a\\.", b"\\.b", b"\\\\."])
+    if kind == "null":
+        return null
+    if kind == "qnull":
+        return q + null + q
+    if kind == "uni":
+        return "é✓".encode()
+    if kind == "stray":
+        return b"a" + q + b"b"
+    return q + _plain(rnd)  # unterminated: COPY fails at the end of the file
+
+
+def _text_field(rnd: random.Random, case: dict[str, Any], eol: bytes) -> bytes:
+    d = (case["delimiter"] or "\t").encode()
+    null = (case["null"] if case["null"] is not None else "\\N").encode()
+    kind = rnd.choices(
+        ["plain", "escapes", "trailing", "marker", "null", "uni"], [50, 22, 5, 4, 5, 2]
+    )[0]
+    if kind == "plain":
+        return _plain(rnd)
+    if kind == "escapes":
+        pieces = []
+        for _ in range(rnd.randint(1, 4)):
+            pieces.append(
+                rnd.choice(
+                    [
+                        _plain(rnd, 1),
+                        b"\\\\",
+                        b"\\t",
+                        b"\\n",
+                        b"\\r",
+                        b"\\N",
+                        b"\\" + d,
+                        b"\\\n",
+                        b"\\\r",
+                        b"\\\r\\\n",
+                        b"\\" + eol[:1],
+                        b"\\101",
+                        b"\\x41",
+                        b"\\\\.",
+                        b"\\\\\\\\",
+                    ]
+                )
+            )
+        return b"".join(pieces)
+    if kind == "trailing":
+        return _plain(rnd) + b"\\"
+    if kind == "marker":
+        return rnd.choice([b"\\.", b"x\\.", b"\\.x", b"\\\\.", b"a\\\\\\."])
+    if kind == "null":
+        return null
+    return "é✓".encode()
+
+
+def _long_field(rnd: random.Random, case: dict[str, Any], eol: bytes) -> bytes:
+    body = bytes(rnd.choice(PLAIN) for _ in range(64)) * (LONG // 64)
+    if case["fmt"] == "csv" and rnd.random() < 0.5:
+        q = case["quote"].encode()
+        cut = rnd.randrange(len(body))
+        return q + body[:cut] + eol + body[cut:] + q  # a quoted newline deep inside
+    if case["fmt"] == "text" and rnd.random() < 0.5:
+        cut = rnd.randrange(len(body))
+        return body[:cut] + b"\\" + eol[:1] + body[cut:]  # an escaped newline deep inside
+    return body
+
+
+def generate(seed: str) -> Case:
+    """One random hostile case, fully determined by ``seed``."""
+    rnd = random.Random(seed)
+    fmt = rnd.choice(["csv", "text"])
+    ncols = rnd.randint(1, 4)
+    delimiter = rnd.choice([",", "|", "\t", ";"])
+    case: dict[str, Any] = {"fmt": fmt, "delimiter": delimiter, "quote": '"', "escape": None}
+    if fmt == "csv":
+        case["quote"] = rnd.choice(['"', '"', "'"])
+        case["escape"] = rnd.choice([None, None, case["quote"], "\\"])
+        nulls = ["NULL", "\\N", "nil", "-", ""]
+    else:
+        nulls = ["NULL", "\\N", "", "nil", "-"]
+    case["null"] = rnd.choice([None, None, None, *nulls])
+    if case["null"] is not None and delimiter in case["null"]:
+        case["null"] = None
+    eol = rnd.choice(EOLS)
+    header = rnd.random() < 0.25
+    size = rnd.choice([0, 1, 2, 3, 4, 5, 6, 8, 12]) if rnd.random() > 0.03 else 0
+    field_of = _csv_field if fmt == "csv" else _text_field
+    wrong_count = rnd.random() < 0.08
+    long_field = rnd.random() < 0.03
+    records: list[bytes] = []
+    for _ in range(size):
+        width = ncols
+        if wrong_count and rnd.random() < 0.3:
+            width = max(1, ncols + rnd.choice([-1, 1]))
+        fields = [field_of(rnd, case, eol) for _ in range(width)]
+        if long_field and rnd.random() < 0.3:
+            fields[rnd.randrange(width)] = _long_field(rnd, case, eol)
+        records.append(delimiter.encode().join(fields))
+    # end-of-data markers, empty lines, records ending in "\."
+    for _ in range(rnd.choices([0, 1, 2], [70, 25, 5])[0]):
+        special = rnd.choice([b"\\.", b"\\.", b"", b"x\\."])
+        if special == b"x\\." and records:
+            k = rnd.randrange(len(records))
+            records[k] += b"\\."
+        else:
+            records.insert(rnd.randint(0, len(records)), special)
+    endings = [eol] * len(records)
+    if records and rnd.random() < 0.05:  # mixed line endings: COPY errors
+        endings[rnd.randrange(len(records))] = rnd.choice([x for x in EOLS if x != eol])
+    data = b"".join(r + t for r, t in zip(records, endings, strict=True))
+    if records and rnd.random() < 0.2:
+        data = data[: -len(endings[-1])]  # no final newline
+    if rnd.random() < 0.06:  # a final marker, with or without a newline after it
+        data += b"\\." + rnd.choice([eol, b""])
+    if header:
+        names = [c.encode() for c in COLUMNS[:ncols]]
+        if fmt == "csv" and rnd.random() < 0.3:
+            q = case["quote"].encode()
+            names = [q + name + q for name in names]
+        header_eol = eol if rnd.random() < 0.8 else rnd.choice(EOLS)
+        data = delimiter.encode().join(names) + header_eol + data
+    return Case(
+        fmt=fmt,
+        data=data,
+        ncols=ncols,
+        header=header,
+        delimiter=None
+        if rnd.random() < 0.3 and delimiter == _default_delimiter(fmt)
+        else delimiter,
+        null=case["null"],
+        quote=case["quote"]
+        if fmt == "csv" and (case["quote"] != '"' or rnd.random() < 0.3)
+        else None,
+        escape=case["escape"],
+        label=seed,
+    )
+
+
+def _default_delimiter(fmt: str) -> str:
+    return "," if fmt == "csv" else "\t"
+
+
+# --------------------------------------------------------------------------------------------
+# Known repros (text unless marked).
+# --------------------------------------------------------------------------------------------
+
+HUNDRED = b"".join((b"40\tx\\.\n" if n == 40 else b"%d\tx\n" % n) for n in range(1, 101))
+
+KNOWN: list[Case] = [
+    Case("text", b"1\ta\tbbb\n2\tc\td\\\r\n3\te\tfff\n", 3, label="escaped CR in an LF file"),
+    Case("csv", b"a,b,c\r\n1,x,y\n2,z,w\n", 3, header=True, label="header CRLF, data LF"),
+    Case("csv", b"1,a,b\n2,c,d\n\\.\n", 3, label="csv final marker"),
+    Case("text", b"1\ta\tb\\.\n2\tc\td\n3\te\tf\n", 3, label="text x\\. on line 1"),
+    Case("csv", b'1,"x\n\\.\ny",z\n2,b,c\n', 3, label="csv marker inside quotes"),
+    Case("text", HUNDRED, 2, label="text 100 lines, x\\. on line 40"),
+    # found by this test: the marker's part is not the only one to fail
+    Case("text", b"1\tx\n\\.\n2\n3\n4\n5\n6\n", 2, label="marker, then bad rows"),
+    Case("text", b"zb\r\n\\.\r\n\\.\r\nz", 1, label="two markers"),
+]
+
+# What the brief says of the known repros, to check the oracle and marker model here:
+# (COPY rows or "error", the line of a marker COPY stops at with rows after it) per major.
+KNOWN_EXPECTED: dict[str, dict[int, tuple[int | str, int | None]]] = {
+    "escaped CR in an LF file": {15: (3, None), 18: (3, None)},
+    "header CRLF, data LF": {15: ("error", None), 18: ("error", None)},
+    "csv final marker": {15: (2, None), 18: ("error", None)},
+    "text x\\. on line 1": {15: (1, 1), 18: ("error", None)},
+    "csv marker inside quotes": {15: (2, None), 18: (2, None)},
+    "text 100 lines, x\\. on line 40": {15: (40, 40), 18: ("error", None)},
+    "marker, then bad rows": {15: (1, 2), 18: (1, 2)},
+    "two markers": {15: (1, 2), 18: (1, 2)},
+}
+
+
+# --------------------------------------------------------------------------------------------
+# The check.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Mismatch:
+    case: Case
+    partitions: int
+    kind: str
+    expected: str
+    got: str
+
+    def report(self, version: int) -> str:
+        return (
+            f"[{self.kind}] server {version // 10000}, partitions={self.partitions}, "
+            f"seed {self.case.label!r}\n"
+            f"  COPY options: {copy_options_sql(self.case).as_string(None)}\n"
+            f"  expected: {self.expected}\n"
+            f"  load:     {self.got}\n"
+            f"  repro:    {_case_literal(self.case)}"
+        )
+
+
+def _case_literal(case: Case) -> str:
+    """The case as a Python expression (long data: the generator call that rebuilds it)."""
+    again = f"generate({case.label!r})" if case.label.count(":") == 2 else None
+    if len(case.data) > 4000 and again:
+        return f"{again}  # {len(case.data)} bytes, starting {case.data[:300]!r}"
+    return repr(case) + (f"  # = {again}" if again else "")
+
+
+def expectation(oracle_outcome: Outcome, stop: MarkerStop | None) -> tuple[str, Any]:
+    """("rows", rows) | ("fail", None) | ("marker", line)."""
+    if oracle_outcome.error is not None:
+        return "fail", None
+    if stop is not None and stop.after > 0:
+        return "marker", stop.line
+    return "rows", oracle_outcome.rows
+
+
+def check_case(
+    worker: Worker, case: Case, version: int
+) -> tuple[list[Mismatch], Outcome, MarkerStop | None]:
+    path = worker.directory / ("case.csv" if case.fmt == "csv" else "case.txt")
+    path.write_bytes(case.data)
+    reference = oracle(worker, case)
+    stop = marker_stop(case, version) if reference.error is None else None
+    want, detail = expectation(reference, stop)
+    mismatches = []
+    for partitions in PARTITIONS:
+        got = run_load(worker, path, case, partitions)
+        kind = None
+        if want == "rows":
+            expected = f"COPY's {reference.describe()}"
+            if got.error is not None:
+                kind = "COPY succeeds, load fails"
+            elif got.rows != detail:
+                kind = "COPY succeeds, load gives other rows"
+        elif want == "fail":
+            expected = f"a package error, as COPY failed: {reference.describe()}"
+            if got.error is None:
+                kind = "COPY fails, load succeeds"
+            elif not isinstance(got.error, pgbulk_errors.PgBulkError):
+                kind = "COPY fails, load fails with a non-package error"
+        else:
+            expected = (
+                f"BadDataError naming line {detail} (COPY stops at the marker there and "
+                f"skips {stop.after if stop else 0} bytes; COPY gave {reference.describe()})"
+            )
+            if got.error is None:
+                kind = "marker drops rows, load succeeds"
+            elif not isinstance(got.error, pgbulk_errors.BadDataError):
+                kind = "marker drops rows, load fails without BadDataError"
+            elif got.error.line != detail:
+                kind = "marker drops rows, BadDataError names another line"
+        kind = kind or got.message or None
+        if kind:
+            mismatches.append(Mismatch(case, partitions, kind, expected, got.describe()))
+    return mismatches, reference, stop
+
+
+WORKERS = max(1, int(os.environ.get("PG_BULK_DIFF_WORKERS", "2")))
+
+
+@pytest.fixture
+def workers(db: Any, tmp_path: Path) -> Iterator[list[Worker]]:
+    """WORKERS checkers, each with its own connection, file and tables in the test's schema:
+    targets w<k>_t1..t4 and oracle tables w<k>_r1..r4 of 1 to 4 text columns a, b, c, d."""
+    made = []
+    try:
+        for k in range(WORKERS):
+            directory = tmp_path / f"w{k}"
+            directory.mkdir()
+            conn = psycopg.connect(db.dsn, autocommit=True)
+            made.append(Worker(db.dsn, db.schema, conn, f"w{k}_", directory))
+            for n in range(1, len(COLUMNS) + 1):
+                columns = sql.SQL(", ").join(
+                    sql.SQL("{} text").format(sql.Identifier(c)) for c in COLUMNS[:n]
+                )
+                for kind in ("t", "r"):
+                    name = made[-1].table(kind, n)
+                    db.run(sql.SQL("CREATE TABLE {} ({})").format(db.ident(name), columns))
+        yield made
+    finally:
+        for worker in made:
+            worker.conn.close()
+
+
+def _version(worker: Worker) -> int:
+    return int(worker.conn.info.server_version)
+
+
+def _fail_with(mismatches: list[Mismatch], version: int, checked: int) -> None:
+    kinds = Counter(m.kind for m in mismatches)
+    shown: list[str] = []
+    seen: Counter[str] = Counter()
+    for m in mismatches:
+        seen[m.kind] += 1
+        if seen[m.kind] <= 3:
+            shown.append(m.report(version))
+    summary = ", ".join(f"{k}: {v}" for k, v in kinds.most_common())
+    pytest.fail(
+        f"{len(mismatches)} mismatches in {checked} files ({summary}); up to 3 of each kind:\n\n"
+        + "\n\n".join(shown),
+        pytrace=False,
+    )
+
+
+@pytest.mark.parametrize("case", KNOWN, ids=[c.label for c in KNOWN])
+def test_known_repros(workers: list[Worker], case: Case) -> None:
+    version = _version(workers[0])
+    mismatches, reference, stop = check_case(workers[0], case, version)
+    expected = KNOWN_EXPECTED[case.label].get(version // 10000)
+    if expected is not None:  # the oracle and the marker model agree with the brief
+        rows, line = expected
+        got_rows = "error" if reference.error is not None else len(reference.rows or [])
+        got_line = stop.line if stop is not None and stop.after > 0 else None
+        assert (got_rows, got_line) == (rows, line), reference.describe()
+    if mismatches:
+        _fail_with(mismatches, version, 1)
+
+
+BATCHES = max(1, -(-FILES // BATCH))
+
+
+@pytest.mark.parametrize("batch", range(BATCHES), ids=[f"batch{b:03d}" for b in range(BATCHES)])
+def test_random_files(workers: list[Worker], batch: int) -> None:
+    """BATCH generated files (seeds "<SEED>:<batch>:<i>"), shared out among the workers."""
+    version = _version(workers[0])
+    count = min(BATCH, FILES - batch * BATCH)
+    cases = [generate(f"{SEED}:{batch}:{i}") for i in range(count)]
+
+    def check(k: int) -> list[Mismatch]:
+        found: list[Mismatch] = []
+        for case in cases[k :: len(workers)]:
+            found += check_case(workers[k], case, version)[0]
+        return found
+
+    with ThreadPoolExecutor(len(workers), thread_name_prefix="diff") as pool:
+        results = list(pool.map(check, range(len(workers))))
+    order = {case.label: i for i, case in enumerate(cases)}
+    mismatches = sorted(
+        (m for found in results for m in found), key=lambda m: (order[m.case.label], m.partitions)
+    )
+    if mismatches:
+        _fail_with(mismatches, version, count)
+
+
+def test_generator_covers_the_ground() -> None:
+    """The generated files hit every setting the test is meant to cover (cheap, no server)."""
+    cases = [generate(f"{SEED}:{b}:{i}") for b in range(BATCHES) for i in range(BATCH)][:FILES]
+    seen = Counter()
+    for c in cases:
+        seen[c.fmt] += 1
+        seen["header"] += c.header
+        seen["empty"] += not c.data
+        seen["crlf"] += b"\r\n" in c.data
+        seen["cr"] += b"\r" in c.data.replace(b"\r\n", b"")
+        seen["marker"] += b"\\." in c.data
+        seen["long"] += len(c.data) > LONG
+        seen["escape"] += c.escape == "\\"
+        seen["quote'"] += c.quote == "'"
+        seen["null"] += c.null is not None
+        seen["no final newline"] += bool(c.data) and not c.data.endswith((b"\n", b"\r"))
+    missing = [
+        k
+        for k in (
+            "csv",
+            "text",
+            "header",
+            "crlf",
+            "cr",
+            "marker",
+            "escape",
+            "quote'",
+            "null",
+            "no final newline",
+        )
+        if not seen[k]
+    ]
+    if FILES >= 1000:
+        missing += [k for k in ("empty", "long") if not seen[k]]
+    assert not missing, (missing, seen)
+
+
+def test_marker_model_hand_cases() -> None:
+    """The independent marker model on hand-made files (no server)."""
+
+    def stop(fmt: str, data: bytes, v: int, **kw: Any) -> MarkerStop | None:
+        return marker_stop(Case(fmt, data, 2, **kw), v)
+
+    assert stop("text", b"1\tx\n\\.\n2\ty\n", 150000) == MarkerStop(2, 4)
+    assert stop("text", b"1\tx\n\\.\n2\ty\n", 180000) == MarkerStop(2, 4)
+    assert stop("text", b"1\tx\\.\n2\ty\n", 150000) == MarkerStop(1, 4)
+    assert stop("text", b"1\tx\\\\.\n2\ty\n", 150000) is None  # an escaped backslash, then "."
+    assert stop("text", b"1\tx\r\n\\.\r\n", 150000) == MarkerStop(2, 0)
+    assert stop("text", b"\\.\r\n1\tx\r\n", 150000) == MarkerStop(1, 5)
+    assert stop("csv", b"1,x\n\\.\n2,y\n", 150000) == MarkerStop(2, 4)
+    assert stop("csv", b"1,x\n\\.\n2,y\n", 180000) is None
+    assert stop("csv", b'1,"x\n\\.\n",y\n', 150000) is None  # inside quotes
+    assert stop("csv", b"1,x\\.\n2,y\n", 150000) is None  # not at a record start
+    assert stop("csv", b"1,x\r\n\\.\n2,y\r\n", 150000) is None  # LF after a CRLF file: data
+    assert stop("csv", b"1,'x\n\\.\n',y\n", 150000, quote="'") is None
+    assert stop("csv", b'1,"x\\"\n\\.\n2\n', 150000, escape="\\") is None  # \" inside quotes
