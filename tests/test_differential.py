@@ -21,8 +21,11 @@ of ``CopyReadLineText`` for 15 and 18); a final marker with nothing after it is 
 
 Re-run: ``.venv/bin/python -m pytest -q tests/test_differential.py -x`` (the default server is
 a throwaway PostgreSQL 18; ``PG_BULK_TEST_DSN`` names another). ``PG_BULK_DIFF_FILES`` sets how
-many generated files (default 1000), ``PG_BULK_DIFF_SEED`` the seed. A failure prints each
-failing case as a ``Case(...)`` literal: paste it into :data:`KNOWN` to keep it.
+many generated files (default 1000: about 2 minutes per server on 2 cores), ``PG_BULK_DIFF_SEED``
+the seed, ``PG_BULK_DIFF_WORKERS`` how many files are checked at once (default 2). A batch's
+failure prints, per kind, up to 3 cases with the server version, partition count, COPY options,
+COPY's outcome and the load's, and each
+case as a ``Case(...)`` literal (or its ``generate(seed)`` call): paste it into :data:`KNOWN`.
 """
 
 from __future__ import annotations
