@@ -12,9 +12,11 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from airflow_pg_bulk import naming, steps
+from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.driver import connect
+from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
-from airflow_pg_bulk.plan import LoadPlan, request_from_options
+from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +74,33 @@ def run_plan(factory: ConnectionFactory, plan: LoadPlan, jobs: int) -> None:
         finally:
             conn.close()
 
-    indexes = [p.index for p in plan.partitions]
+    starts = {
+        p.index: min((piece.path, piece.first_line) for piece in p.pieces) for p in plan.partitions
+    }
     with ThreadPoolExecutor(max_workers=max(1, jobs), thread_name_prefix="pg-bulk-copy") as pool:
-        futures = [pool.submit(work, i) for i in indexes]
+        futures = {pool.submit(work, i): i for i in starts}
         errors = []
         for future in futures:
             try:
                 future.result()
             except Exception as exc:
                 errors.append(exc)
-                for other in futures:
-                    other.cancel()
+                where = _where(exc)
+                for other, index in futures.items():
+                    # parts of the files before a bad record still run: the error reported is
+                    # the first in the files, as one COPY of them would report, whatever ran first
+                    if where is None or starts[index] > where:
+                        other.cancel()
         if errors:
-            raise errors[0]
+            located = [e for e in errors if _where(e) is not None]
+            raise min(located, key=_where) if located else errors[0]  # type: ignore[arg-type]
+
+
+def _where(exc: BaseException) -> tuple[str, int] | None:
+    """(file, line) of a bad record, for choosing the error that comes first in the files."""
+    if isinstance(exc, BadDataError) and exc.path is not None and exc.line is not None:
+        return exc.path, exc.line
+    return None
 
 
 def load(
@@ -92,11 +108,29 @@ def load(
     table: str,
     source: str | Sequence[str],
     *,
+    mode: Mode | None = None,
+    format: str = "csv",
+    header: bool = False,
+    delimiter: str | None = None,
+    null: str | None = None,
+    quote: str = '"',
+    escape: str | None = None,
+    encoding: str = "UTF8",
+    partitions: int | None = None,
+    partition_size: int = DEFAULT_PARTITION_BYTES,
     columns: Sequence[str] | None = None,
+    staging_logged: bool | None = None,
+    lock_timeout: str = "30s",
+    maintenance_work_mem: str = "512MB",
+    synchronous_commit: str = "off",
+    analyze: bool = True,
+    on_error: str = "fail",
+    max_rejects: int = 0,
+    reject_table: str | None = None,
     jobs: int | None = None,
     driver: str = "psycopg",
     load_id: str | None = None,
-    **options: Any,
+    **objects: Any,
 ) -> LoadSummary:
     """Load files into a PostgreSQL table, in one process: prepare, parallel COPY, finalize,
     and cleanup (always).
@@ -104,21 +138,56 @@ def load(
     :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
     :param table: the target, ``schema.table``; it must exist.
     :param source: a path, a glob, or a list of them.
-    :param columns: target columns the fields fill, for files without a header.
+    :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
+        loaded rows are added to the target's rows (see Modes and their guarantees); default
+        none: it must be given.
+    :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
+    :param header: every file starts with a header line; columns are matched to the table by
+        name (exact, then case-insensitive), in any order; all files must have the same header;
+        default ``False``.
+    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text).
+    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text).
+    :param quote: csv quote character; default ``"``.
+    :param escape: csv escape character inside quotes; default the quote.
+    :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
+        splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
+    :param partitions: number of COPY partitions (mapped tasks); default by size: one per
+        ``partition_size``, at most 16.
+    :param partition_size: input bytes per partition when ``partitions`` is not given; default
+        67108864 (64 MiB).
+    :param columns: target columns the fields fill, in file order, for files without a header;
+        default all non-generated. (templated)
+    :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
+        table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
+        replace, ``False`` for append.
+    :param lock_timeout: longest wait for the target's lock in finalize; default ``30s``.
+    :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
+        default ``512MB``.
+    :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
+        can lose only partitions whose commit was not yet flushed, which the ledger check then
+        reports — never a silent partial load; default ``off``.
+    :param analyze: ANALYZE the new data before it becomes visible; default ``True``.
+    :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
+        value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
+        the rest load; default ``fail``.
+    :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
+        the load fails and nothing reaches the target; default ``0``.
+    :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
+        target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
+        ``pgbulk_rejects`` in the target's schema.
     :param jobs: COPY connections at once; default ``min(partitions, 4)``.
     :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.
     :param load_id: reuse a load id (12 hex characters) to resume a load whose partitions
         were partly committed; default: a new one.
-    :param options: every option of ``PgBulkPrepareOperator``
-        (``format``, ``header``, ``delimiter``, ``null``, ``quote``, ``escape``, ``encoding``,
-        ``mode``, ``partitions``, ``partition_size``, ``staging_logged``, ``lock_timeout``,
-        ``maintenance_work_mem``, ``synchronous_commit``, ``analyze``, ``on_error``,
-        ``max_rejects``, ``reject_table``); see :func:`~airflow_pg_bulk.plan.request_from_options`.
+    :param objects: whole ``copy=CopyOptions(...)``, ``settings=Settings(...)`` or
+        ``errors=ErrorPolicy(...)``; the options above override their fields. See
+        :func:`~airflow_pg_bulk.plan.request_from_options`.
 
-    Returns the load's figures.
+    Returns the load's figures. Without ``mode`` it raises ``ValueError`` before it connects.
     """
     factory = connection_factory(conn, driver)
-    request = request_from_options(table, source, columns, **options)
+    given = load_options.changed(locals(), exclude=("columns",))
+    request = request_from_options(table, source, columns, **given, **objects)
     load_id = load_id or naming.new_load_id()
     clock = PhaseClock()
     main = factory()
