@@ -1,12 +1,12 @@
 """``airflow-pg-bulk``: load files without a scheduler, or run the demo.
 
-    airflow-pg-bulk load --conn DSN --table SCHEMA.TABLE --source PATH_OR_GLOB [--source ...]
-        [--format csv|text] [--header] [--delimiter C] [--null S] [--quote C] [--escape C]
-        [--encoding E] [--mode replace|append] [--partitions N] [--jobs N]
-    airflow-pg-bulk demo [--conn DSN] [--days D] [--meters M] [--partitions N] [--no-airflow]
+    airflow-pg-bulk [-q] load --conn DSN --table SCHEMA.TABLE --source PATH_OR_GLOB
+        --mode replace|append [--source ...] [one flag per load option] [--jobs N] [--json]
+    airflow-pg-bulk [-q] demo [--conn DSN] [--days D] [--meters M] [--partitions N] [--no-airflow]
 
-Exit status 0 on success; on failure the error goes to stderr and the status is 1 (2 for bad
-arguments).
+The load flags are generated from :mod:`airflow_pg_bulk.options` (``--help`` lists them with
+their defaults); ``--mode`` is required. Exit status 0 on success; on failure the error goes to
+stderr and the status is 1 (2 for bad arguments: then nothing was touched).
 """
 
 from __future__ import annotations
@@ -14,62 +14,71 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from airflow_pg_bulk import options
 from airflow_pg_bulk.errors import PgBulkError
-from airflow_pg_bulk.plan import Settings
+from airflow_pg_bulk.options import MODE_HELP
+from airflow_pg_bulk.plan import request_from_options
 
 
-def _load_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("load", help="load files into a table: prepare, parallel COPY, finalize")
-    p.add_argument("--conn", required=True, help="libpq connection string or URI")
-    p.add_argument("--table", required=True, help="target table, schema.table (must exist)")
+def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "load",
+        parents=[common],
+        help="load files into a table: prepare, parallel COPY, finalize",
+        description="Load files into a table: prepare, parallel COPY, finalize, cleanup. "
+        "--mode is required: " + ", or ".join(f"{m}: {w}" for m, w in MODE_HELP.items()) + ".",
+    )
+    p.add_argument("--conn", required=True, help="libpq connection string or URI (required)")
+    p.add_argument(
+        "--table", required=True, help="target table, schema.table; must exist (required)"
+    )
     p.add_argument(
         "--source",
         required=True,
         action="append",
-        help="file or glob (repeatable); .gz files are decompressed",
+        help="file or glob, repeatable; .gz files are decompressed (required)",
     )
-    p.add_argument("--format", choices=["csv", "text"], default="csv")
-    p.add_argument("--header", action="store_true", help="files have a header line")
-    p.add_argument("--delimiter", help="field delimiter (default , for csv, tab for text)")
-    p.add_argument("--null", help="NULL marker (default empty for csv, \\N for text)")
-    p.add_argument("--quote", default='"', help="csv quote character")
-    p.add_argument("--escape", help="csv escape character (default: the quote)")
-    p.add_argument("--encoding", default="UTF8", help="file encoding, PostgreSQL name")
-    p.add_argument("--mode", choices=["replace", "append"], default="replace")
-    p.add_argument("--partitions", type=int, help="number of partitions (default: by size)")
-    p.add_argument("--jobs", type=int, help="COPY connections at once (default min(partitions, 4))")
-    p.add_argument("--columns", help="comma-separated target columns, for files without header")
+    options.add_cli_flags(p)
     p.add_argument(
-        "--staging",
-        choices=["logged", "unlogged"],
-        help="staging persistence (default: logged for replace, unlogged for append)",
-    )
-    p.add_argument("--lock-timeout", default=Settings.lock_timeout)
-    p.add_argument(
-        "--on-error",
-        choices=["fail", "reject"],
-        default="fail",
-        help="reject: bad rows go to the reject table, the rest load",
+        "--jobs",
+        type=_positive("--jobs"),
+        metavar="N",
+        help="COPY connections at once (default: min(partitions, 4))",
     )
     p.add_argument(
-        "--max-rejects",
-        type=int,
-        default=0,
-        help="most rows that may be rejected (with --on-error reject)",
+        "--driver",
+        choices=["psycopg", "psycopg2"],
+        default="psycopg",
+        help="database driver (default: psycopg)",
     )
     p.add_argument(
-        "--reject-table",
-        help="schema.table for rejected rows (default pgbulk_rejects in the target's schema)",
+        "--json", action="store_true", help="print the summary as JSON (default: as text)"
     )
-    p.add_argument("--driver", choices=["psycopg", "psycopg2"], default="psycopg")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
 
-def _demo_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="load the smart-meter workload end to end, with Airflow")
+def _positive(flag: str) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(
+                f"{flag} takes a whole number of 1 or more, not {text!r}"
+            )
+        return int(text)
+
+    return parse
+
+
+def _demo_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = sub.add_parser(
+        "demo",
+        parents=[common],
+        help="load the smart-meter workload end to end, with Airflow",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     p.add_argument("--conn", help="use this database instead of a throwaway server")
     p.add_argument("--meters", type=int, default=15_000)
     p.add_argument("--days", type=int, default=200, help="days of readings per meter")
@@ -82,46 +91,66 @@ def _demo_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--workdir", help="keep data files and Airflow's home here")
 
 
+def _common_flags(default: Any) -> argparse.ArgumentParser:
+    """The global flags, accepted before and after the subcommand (``default``: the value
+    when not given; ``SUPPRESS`` in subcommands so they do not override the global one)."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-q",
+        "--quiet",
+        action="store_true",
+        default=default,
+        help="only errors and the summary (default: progress is logged too)",
+    )
+    return common
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The command line parser."""
-    parser = argparse.ArgumentParser(prog="airflow-pg-bulk", description=__doc__.split("\n")[0])
-    parser.add_argument("-q", "--quiet", action="store_true", help="only errors and the summary")
-    sub = parser.add_subparsers(dest="command", required=True)
-    _load_parser(sub)
-    _demo_parser(sub)
+    parser = argparse.ArgumentParser(
+        prog="airflow-pg-bulk", description=__doc__.split("\n")[0], parents=[_common_flags(False)]
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{load,demo}")
+    common = _common_flags(argparse.SUPPRESS)
+    _load_parser(sub, common)
+    _demo_parser(sub, common)
     return parser
 
 
 def _run_load(args: argparse.Namespace) -> int:
     from airflow_pg_bulk.runner import load
 
-    summary = load(
-        args.conn,
-        args.table,
-        args.source,
-        columns=args.columns.split(",") if args.columns else None,
-        jobs=args.jobs,
-        driver=args.driver,
-        format=args.format,
-        header=args.header,
-        delimiter=args.delimiter,
-        null=args.null,
-        quote=args.quote,
-        escape=args.escape,
-        encoding=args.encoding,
-        mode=args.mode,
-        partitions=args.partitions,
-        staging_logged=None if args.staging is None else args.staging == "logged",
-        lock_timeout=args.lock_timeout,
-        on_error=args.on_error,
-        max_rejects=args.max_rejects,
-        reject_table=args.reject_table,
-    )
+    given = {name: getattr(args, name) for name in options.NAMES}
+    _check_options(args.table, args.source, given)
+    summary = load(args.conn, args.table, args.source, jobs=args.jobs, driver=args.driver, **given)
     if args.json:
         print(json.dumps({**summary.to_dict(), "rows_per_second": summary.rows_per_second}))
     else:
         print(summary.describe())
     return 0
+
+
+class UsageError(Exception):
+    """The arguments do not make a load; nothing was touched."""
+
+
+def _check_options(table: str, source: Sequence[str], given: dict[str, Any]) -> None:
+    """Refuse bad combinations before anything connects, in the command line's words."""
+    if given["mode"] is None:
+        raise UsageError(options.mode_required_message(lambda m: f"--mode {m}"))
+    columns = given["columns"]
+    flat = {k: v for k, v in given.items() if k != "columns"}
+    try:
+        request_from_options(table, source, columns, **flat)
+    except (ValueError, TypeError) as exc:
+        raise UsageError(_in_flags(str(exc))) from None
+
+
+def _in_flags(message: str) -> str:
+    """An option error with option names spelled as flags (``max_rejects`` → ``--max-rejects``)."""
+    for opt in sorted(options.OPTIONS, key=lambda o: -len(o.name)):
+        message = re.sub(rf"(?<![-\w]){opt.name}(?![-\w])", opt.flag, message)
+    return message.replace("header=True", "--header").replace("='", " '")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -137,6 +166,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         from airflow_pg_bulk.demo.run import run_demo
 
         return run_demo(args)
+    except UsageError as exc:
+        print(f"airflow-pg-bulk {args.command}: error: {exc}", file=sys.stderr)
+        return 2
     except PgBulkError as exc:
         print(f"airflow-pg-bulk: error: {exc}", file=sys.stderr)
         return 1
@@ -144,8 +176,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("airflow-pg-bulk: interrupted; the target is unchanged", file=sys.stderr)
         return 130
     except Exception as exc:
-        print(f"airflow-pg-bulk: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+        logging.getLogger(__name__).debug("unexpected error", exc_info=True)
+        print(f"airflow-pg-bulk: error: {_describe(exc)}", file=sys.stderr)
         return 1
+
+
+def _describe(exc: BaseException) -> str:
+    """An unexpected error in words, without Python's type names or traceback."""
+    if isinstance(exc, OSError) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    text = str(exc).strip()
+    if type(exc).__module__.split(".")[0] in ("psycopg", "psycopg2"):
+        return f"the database said: {text}" if text else "a database error without a message"
+    return text or "an unexpected failure without a message (a bug: please report it)"
 
 
 if __name__ == "__main__":

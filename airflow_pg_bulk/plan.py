@@ -14,6 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
 
+from airflow_pg_bulk import options as load_options
+
 Mode = Literal["replace", "append"]
 MODES: tuple[str, ...] = ("replace", "append")
 FORMATS: tuple[str, ...] = ("csv", "text")
@@ -344,7 +346,7 @@ class LoadPlan(PlainData):
         raise KeyError(f"load {self.load_id} has no partition {index}")
 
 
-DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
+DEFAULT_PARTITION_BYTES = load_options.DEFAULT_PARTITION_BYTES
 MAX_DEFAULT_PARTITIONS = 16
 
 
@@ -355,7 +357,8 @@ class LoadRequest(PlainData):
     :param table: the target, ``schema.table`` or ``table`` (then ``public``); it must exist.
     :param source: paths or globs of local/mounted files (``.gz`` files are read decompressed).
     :param copy: how the files are parsed (:class:`CopyOptions`).
-    :param mode: ``replace`` (the target ends up with exactly the loaded rows) or ``append``.
+    :param mode: ``replace`` (the target ends up with exactly the loaded rows) or ``append``;
+        required (no default).
     :param partitions: how many partitions (parallel COPY tasks); default: one per
         ``partition_size`` of input, at most 16.
     :param partition_size: bytes of input per partition when ``partitions`` is not given.
@@ -370,7 +373,7 @@ class LoadRequest(PlainData):
     table: str
     source: tuple[str, ...]
     copy: CopyOptions = CopyOptions()
-    mode: str = "replace"
+    mode: str = ""  # required: "" (not given) is refused
     partitions: int | None = None
     partition_size: int = DEFAULT_PARTITION_BYTES
     columns: tuple[str, ...] | None = None
@@ -379,6 +382,8 @@ class LoadRequest(PlainData):
     errors: ErrorPolicy = ErrorPolicy()
 
     def __post_init__(self) -> None:
+        if not self.mode:
+            raise ValueError(load_options.mode_required_message())
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {MODES}, not {self.mode!r}")
         if self.partitions is not None and self.partitions < 1:
@@ -404,16 +409,14 @@ class LoadRequest(PlainData):
         return self.mode == "replace"
 
 
-_REQUEST_OPTIONS = ("mode", "partitions", "partition_size", "staging_logged")
+_REQUEST_OPTIONS = tuple(n for n in load_options.in_group("request") if n != "columns")
 _NESTED_OPTIONS: dict[str, type[PlainData]] = {
     "copy": CopyOptions,
     "settings": Settings,
     "errors": ErrorPolicy,
 }
-LOAD_OPTIONS: frozenset[str] = frozenset(
-    [*_REQUEST_OPTIONS]
-    + [f.name for cls in _NESTED_OPTIONS.values() for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-)
+# The flat keyword options (declared in airflow_pg_bulk.options), ``columns`` apart.
+LOAD_OPTIONS: frozenset[str] = frozenset(n for n in load_options.NAMES if n != "columns")
 
 
 def request_from_options(
@@ -422,9 +425,12 @@ def request_from_options(
     """A :class:`LoadRequest` from flat keyword options (``format=``, ``header=``, ``mode=``,
     ``lock_timeout=``, ``on_error=``, ...): the names of the fields of :class:`CopyOptions`,
     :class:`Settings` and :class:`ErrorPolicy`, plus ``mode``, ``partitions``,
-    ``partition_size`` and ``staging_logged``. ``None`` means the default. Whole objects may
-    be given too (``settings=Settings(...)``, ``copy=``, ``errors=``); flat options override
-    their fields."""
+    ``partition_size`` and ``staging_logged`` (all declared in :mod:`airflow_pg_bulk.options`).
+    ``None`` means the default. Whole objects may be given too (``settings=Settings(...)``,
+    ``copy=``, ``errors=``); flat options override their fields.
+
+    ``mode`` has no default: without it this raises ``ValueError`` naming each mode and what it
+    does to the target, before anything is touched."""
     bases = {name: options.pop(name) for name in _NESTED_OPTIONS if name in options}
     unknown = sorted(set(options) - LOAD_OPTIONS)
     if unknown:

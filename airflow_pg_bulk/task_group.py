@@ -3,28 +3,51 @@ cleanup as a teardown that always runs."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import TaskGroup
 
+from airflow_pg_bulk import options
 from airflow_pg_bulk.operators.pg_bulk import (
     PgBulkCleanupOperator,
     PgBulkCopyOperator,
     PgBulkFinalizeOperator,
     PgBulkPrepareOperator,
 )
+from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, Mode
 
 
 def pg_bulk_load(
     *,
-    task_id: str,
+    group_id: str | None = None,
     table: str,
     source: str | Sequence[str],
+    mode: Mode | None = None,
+    format: str = "csv",
+    header: bool = False,
+    delimiter: str | None = None,
+    null: str | None = None,
+    quote: str = '"',
+    escape: str | None = None,
+    encoding: str = "UTF8",
+    partitions: int | None = None,
+    partition_size: int = DEFAULT_PARTITION_BYTES,
+    columns: Sequence[str] | None = None,
+    staging_logged: bool | None = None,
+    lock_timeout: str = "30s",
+    maintenance_work_mem: str = "512MB",
+    synchronous_commit: str = "off",
+    analyze: bool = True,
+    on_error: str = "fail",
+    max_rejects: int = 0,
+    reject_table: str | None = None,
     postgres_conn_id: str = "postgres_default",
     pool: str | None = None,
     max_parallel_copies: int | None = None,
     copy_retries: int = 2,
+    task_id: str | None = None,
     **prepare_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that loads ``source`` into ``table``.
@@ -34,24 +57,65 @@ def pg_bulk_load(
         prepare ──> copy[0..N-1] (mapped) ──> finalize
            └──────────── cleanup (teardown) ───────┘
 
-    :param task_id: the group id; the tasks are ``<task_id>.prepare``, ``.copy``, ``.finalize``
-        and ``.cleanup``.
+    :param group_id: the group id; the tasks are ``<group_id>.prepare``, ``.copy``,
+        ``.finalize`` and ``.cleanup``.
     :param table: the target table, ``schema.table``. (templated)
     :param source: files or globs every worker can read. (templated)
+    :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
+        loaded rows are added to the target's rows (see Modes and their guarantees); default
+        none: it must be given.
+    :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
+    :param header: every file starts with a header line; columns are matched to the table by
+        name (exact, then case-insensitive), in any order; all files must have the same header;
+        default ``False``.
+    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text).
+    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text).
+    :param quote: csv quote character; default ``"``.
+    :param escape: csv escape character inside quotes; default the quote.
+    :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
+        splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
+    :param partitions: number of COPY partitions (mapped tasks); default by size: one per
+        ``partition_size``, at most 16.
+    :param partition_size: input bytes per partition when ``partitions`` is not given; default
+        67108864 (64 MiB).
+    :param columns: target columns the fields fill, in file order, for files without a header;
+        default all non-generated. (templated)
+    :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
+        table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
+        replace, ``False`` for append.
+    :param lock_timeout: longest wait for the target's lock in finalize; default ``30s``.
+    :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
+        default ``512MB``.
+    :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
+        can lose only partitions whose commit was not yet flushed, which the ledger check then
+        reports — never a silent partial load; default ``off``.
+    :param analyze: ANALYZE the new data before it becomes visible; default ``True``.
+    :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
+        value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
+        the rest load; default ``fail``.
+    :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
+        the load fails and nothing reaches the target; default ``0``.
+    :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
+        target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
+        ``pgbulk_rejects`` in the target's schema.
     :param postgres_conn_id: Airflow connection id of the target database.
     :param pool: an Airflow pool for the COPY tasks, to bound the streams that hit the server
         at once across all DAGs.
     :param max_parallel_copies: at most this many COPY tasks of one run at once.
     :param copy_retries: retries of a COPY task (safe: a partition loads exactly once).
-    :param prepare_kwargs: every other parameter of :class:`PgBulkPrepareOperator`
-        (``format``, ``header``, ``mode``, ``partitions``, ...).
+    :param task_id: deprecated spelling of ``group_id`` (it names the group, not a task).
+    :param prepare_kwargs: other arguments of :class:`PgBulkPrepareOperator` (and so of
+        ``BaseOperator``: ``retries``, ``execution_timeout``, ...).
     """
-    with TaskGroup(group_id=task_id) as group:
+    group_id = _group_id(group_id, task_id)
+    load_options = options.pick(locals())
+    with TaskGroup(group_id=group_id) as group:
         prepare = PgBulkPrepareOperator(
             task_id="prepare",
             postgres_conn_id=postgres_conn_id,
             table=table,
             source=source,
+            **load_options,
             **prepare_kwargs,
         )
         copy_args: dict[str, Any] = {"retries": copy_retries}
@@ -74,3 +138,19 @@ def pg_bulk_load(
         )
         prepare >> copies >> finalize >> cleanup.as_teardown(setups=prepare)
     return group
+
+
+def _group_id(group_id: str | None, task_id: str | None) -> str:
+    """``group_id``, or the deprecated ``task_id`` with a warning."""
+    if task_id is not None:
+        if group_id is not None:
+            raise TypeError("pg_bulk_load: give group_id only (task_id is its deprecated name)")
+        warnings.warn(
+            "pg_bulk_load(task_id=...) is deprecated: it names the group; use group_id=...",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return task_id
+    if group_id is None:
+        raise TypeError("pg_bulk_load() needs group_id=..., the name of the task group")
+    return group_id

@@ -598,6 +598,7 @@ class Bench:
                 source_dsn,
                 ds.qualified(ds.template),
                 [str(f) for f in ds.files],
+                mode="replace",
                 header=True,
                 partitions=2,
             )

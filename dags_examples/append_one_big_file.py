@@ -33,7 +33,7 @@ from airflow_pg_bulk import pg_bulk_load
 def append_one_big_file() -> None:
     """No header: the fields fill the table's columns in order; 64 MB of file per partition."""
     load = pg_bulk_load(
-        task_id="load_events",
+        group_id="load_events",
         postgres_conn_id=os.environ.get("PG_BULK_EXAMPLE_CONN_ID", "pg_bulk_example"),
         table="{{ params.table }}",
         source="{{ params.source }}",

@@ -33,7 +33,7 @@ from airflow_pg_bulk import pg_bulk_load
 def replace_many_csv() -> None:
     """Files with a header line; columns matched by name; 4 partitions of similar size."""
     pg_bulk_load(
-        task_id="load_readings",
+        group_id="load_readings",
         postgres_conn_id=os.environ.get("PG_BULK_EXAMPLE_CONN_ID", "pg_bulk_example"),
         table="{{ params.table }}",
         source="{{ params.source }}",

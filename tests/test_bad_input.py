@@ -922,7 +922,9 @@ def test_bad_value_in_one_of_many_files_names_that_file_and_its_line(db, connect
     assert truth.error is not None
 
     with pytest.raises(BadDataError) as info:
-        runner.load(connect, db.table("items"), str(tmp_path / "day-*.csv"), partitions=3)
+        runner.load(
+            connect, db.table("items"), str(tmp_path / "day-*.csv"), mode="replace", partitions=3
+        )
 
     expected_line = 100 + 24  # 24 two-line records before record 100
     assert info.value.path == str(paths[2])
@@ -961,13 +963,13 @@ def test_end_of_data_marker_line_is_refused_where_copy_would_drop_rows(db, conne
     version = db.scalar("SELECT current_setting('server_version_num')::int")
 
     if fmt == "csv" and version >= 180000:
-        runner.load(connect, db.table("items"), str(path), format=fmt, partitions=4)
+        runner.load(connect, db.table("items"), str(path), mode="replace", format=fmt, partitions=4)
         assert copied == 3000
         assert db.checksum("items") == db.checksum("reference")
         return
     assert copied == 1999  # what plain COPY silently does
     with pytest.raises(BadDataError) as info:
-        runner.load(connect, db.table("items"), str(path), format=fmt, partitions=4)
+        runner.load(connect, db.table("items"), str(path), mode="replace", format=fmt, partitions=4)
     assert info.value.line == 2000
     assert f"{path} line 2000" in str(info.value)
     assert db.checksum("items") == before

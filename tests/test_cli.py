@@ -57,7 +57,10 @@ def test_load_command_fails_with_error_on_stderr(db, tmp_path):
     path = tmp_path / "bad.csv"
     path.write_text("1,a,1.0,2024-01-01,\n2,b,oops,2024-01-01,\n")
 
-    done = run_cli("load", "--conn", db.dsn, "--table", db.table("items"), "--source", str(path))
+    done = run_cli(
+        "load", "--conn", db.dsn, "--table", db.table("items"), "--source", str(path), "--mode",
+        "replace",
+    )  # fmt: skip
 
     assert done.returncode == 1
     assert f"{path} line 2, column amount" in done.stderr

@@ -198,7 +198,9 @@ def test_copy_backend_terminated_mid_stream_retry_loads_exactly_once(
     old = add_old_rows(db)
     path = write_csv(tmp_path / "items.csv", rows(20000))
     expected = plain_copy_checksum(db, path, "FORMAT csv")
-    request = LoadRequest(table=db.table("items"), source=(str(path),), partitions=2)
+    request = LoadRequest(
+        mode="replace", table=db.table("items"), source=(str(path),), partitions=2
+    )
     first = connect()
     plan = steps.prepare(first, request, naming.new_load_id())
 
@@ -261,7 +263,9 @@ def test_copy_client_killed_mid_stream_is_rolled_back_and_retry_loads_once(
     old = add_old_rows(db)
     path = write_csv(tmp_path / "items.csv", rows(20000, seed=5))
     expected = plain_copy_checksum(db, path, "FORMAT csv")
-    request = LoadRequest(table=db.table("items"), source=(str(path),), partitions=2)
+    request = LoadRequest(
+        mode="replace", table=db.table("items"), source=(str(path),), partitions=2
+    )
     conn = connect()
     try:
         plan = steps.prepare(conn, request, naming.new_load_id())
@@ -322,7 +326,9 @@ def test_zombie_copy_and_its_retry_at_once_load_the_partition_once(db, pg_dsn, t
     add_old_rows(db)
     path = write_csv(tmp_path / "items.csv", rows(10000, seed=9))
     expected = plain_copy_checksum(db, path, "FORMAT csv")
-    request = LoadRequest(table=db.table("items"), source=(str(path),), partitions=2)
+    request = LoadRequest(
+        mode="replace", table=db.table("items"), source=(str(path),), partitions=2
+    )
     conn = open_connection(pg_dsn)
     try:
         plan = steps.prepare(conn, request, naming.new_load_id())
@@ -421,7 +427,11 @@ def prepared_load(
         plan = steps.prepare(
             conn,
             LoadRequest(
-                table=db.table("items"), source=(str(path),), partitions=partitions, **request
+                table=db.table("items"),
+                source=(str(path),),
+                partitions=partitions,
+                mode=request.pop("mode", "replace"),
+                **request,
             ),
             naming.new_load_id(),
         )
@@ -603,6 +613,7 @@ def test_replace_blocked_by_a_long_running_select_times_out_and_retry_swaps(db, 
     path = write_csv(tmp_path / "items.csv", rows(3000))
     expected = plain_copy_checksum(db, path, "FORMAT csv")
     request = LoadRequest(
+        mode="replace",
         table=db.table("items"),
         source=(str(path),),
         partitions=2,
@@ -762,7 +773,9 @@ def test_disk_full_during_copy_fails_clearly_and_target_unchanged(
                 f.write(f"{i},name {i},1.00,2024-01-01,{'x' * 200}\n")
 
         with pytest.raises(Exception) as info:
-            runner.load(dsn, db.table("items"), str(path), partitions=2, driver=driver)
+            runner.load(
+                dsn, db.table("items"), str(path), mode="replace", partitions=2, driver=driver
+            )
 
         # A full disk is the package's own error, not the driver's: the class of SQLSTATE 53
         # (insufficient resources) is worth retrying once space is freed, like 53300 already

@@ -66,7 +66,7 @@ def test_definition_changed_after_prepare_is_refused_and_target_unchanged(
     path = _write(tmp_path, "items.csv", [f"{i},new {i},n" for i in range(1, 501)])
     columns = ("id", "name", "note")
     request = LoadRequest(
-        table=db.table("items"), source=(str(path),), partitions=3, columns=columns
+        mode="replace", table=db.table("items"), source=(str(path),), partitions=3, columns=columns
     )
     conn = open_connection(pg_dsn, driver)
     try:
@@ -92,7 +92,15 @@ def test_definition_changed_after_prepare_is_refused_and_target_unchanged(
     # run again, as the message says: now it goes through
     if change == "materialized-view-added":  # that one a replace refuses from the start
         _run(db, "DROP MATERIALIZED VIEW {s}.items_mv")
-    runner.load(pg_dsn, db.table("items"), str(path), partitions=3, driver=driver, columns=columns)
+    runner.load(
+        pg_dsn,
+        db.table("items"),
+        str(path),
+        mode="replace",
+        partitions=3,
+        driver=driver,
+        columns=columns,
+    )
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 500
 
 
@@ -162,7 +170,13 @@ def test_replace_hands_the_new_table_to_the_targets_owner(
     data_before = db.checksum("items")
     try:
         runner.load(
-            dsn, db.table("items"), str(path), columns=["id", "name"], partitions=2, driver=driver
+            dsn,
+            db.table("items"),
+            str(path),
+            mode="replace",
+            columns=["id", "name"],
+            partitions=2,
+            driver=driver,
         )
     except Exception:
         # a failed replace at least leaves the target as it was
@@ -202,7 +216,7 @@ def test_identity_position_is_carried_over_with_ids_from_the_file(db, connect, t
     before = catalog_snapshot(db, "items")
     path = _write(tmp_path, "items.csv", [f"{i},new {i}" for i in range(1001, 1401)])
 
-    runner.load(connect, db.table("items"), str(path), partitions=2)
+    runner.load(connect, db.table("items"), str(path), mode="replace", partitions=2)
 
     assert catalog_snapshot(db, "items") == before
     assert db.scalar("SELECT pg_get_serial_sequence(%s, 'id')", db.table("items")) == sequence
@@ -237,7 +251,9 @@ def test_generated_keys_loaded_then_an_insert_does_not_collide(db, connect, tmp_
     )
     path = _write(tmp_path, "items.csv", [f"new {i}" for i in range(1, 401)])
 
-    runner.load(connect, db.table("items"), str(path), columns=["name"], partitions=2)
+    runner.load(
+        connect, db.table("items"), str(path), mode="replace", columns=["name"], partitions=2
+    )
 
     ids = db.run(f"SELECT min(id), max(id), count(DISTINCT id) FROM {db.schema}.items")
     assert ids[0][2] == 400
@@ -259,7 +275,7 @@ def test_exclusion_constraint_is_carried_over_and_enforced(db, connect, tmp_path
     before = catalog_snapshot(db, "booking")
     good = _write(tmp_path, "good.csv", [f'{i},"[{10 * i},{10 * i + 10})"' for i in range(200)])
 
-    runner.load(connect, db.table("booking"), str(good), partitions=3)
+    runner.load(connect, db.table("booking"), str(good), mode="replace", partitions=3)
 
     assert catalog_snapshot(db, "booking") == before
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.booking") == 200
@@ -269,7 +285,7 @@ def test_exclusion_constraint_is_carried_over_and_enforced(db, connect, tmp_path
     data_before = db.checksum("booking")
     bad = _write(tmp_path, "bad.csv", ['1,"[0,10)"', '2,"[5,15)"'])
     with pytest.raises(ConstraintViolationError, match="booking_no_overlap"):
-        runner.load(connect, db.table("booking"), str(bad))
+        runner.load(connect, db.table("booking"), str(bad), mode="replace")
     assert db.checksum("booking") == data_before
     assert catalog_snapshot(db, "booking") == before
     assert leftovers(db) == []
@@ -299,7 +315,7 @@ def test_deferrable_constraints_are_carried_over_and_enforced_at_commit(db, conn
     ]
     path = _write(tmp_path, "child.csv", [f"{i},{1 + i % 10},{i}" for i in range(1, 501)])
 
-    runner.load(connect, db.table("child"), str(path), partitions=3)
+    runner.load(connect, db.table("child"), str(path), mode="replace", partitions=3)
 
     assert catalog_snapshot(db, "child") == before
     assert db.run(timing, db.table("child")) == [
@@ -335,7 +351,7 @@ def test_deferrable_constraints_are_carried_over_and_enforced_at_commit(db, conn
     assert db.scalar(f"SELECT count(*) FROM {t}") == 502
     # replacing the referenced table keeps the child's deferrable foreign key as it was
     parent_path = _write(tmp_path, "parent.csv", [str(i) for i in range(1, 21)])
-    runner.load(connect, db.table("parent"), str(parent_path))
+    runner.load(connect, db.table("parent"), str(parent_path), mode="replace")
     assert catalog_snapshot(db, "child")["constraints"] == before["constraints"]
     assert db.run(timing, db.table("child"))[1] == ("child_parent_fk", True, True)
     conn = psycopg.connect(db.dsn)
@@ -364,7 +380,14 @@ def test_unlogged_target_stays_unlogged(db, connect, tmp_path, staging_logged):
     before = catalog_snapshot(db, "items")
     path = _write(tmp_path, "items.csv", [f"{i},new {i}" for i in range(1, 301)])
 
-    runner.load(connect, db.table("items"), str(path), partitions=2, staging_logged=staging_logged)
+    runner.load(
+        connect,
+        db.table("items"),
+        str(path),
+        mode="replace",
+        partitions=2,
+        staging_logged=staging_logged,
+    )
 
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 300
     persistence = db.run(
@@ -483,7 +506,14 @@ def test_replace_refuses_what_it_cannot_carry_over_before_anything_changes(
         path = _write(tmp_path, "items.csv", [f"{i},new {i}" for i in range(1, 101)])
 
         with pytest.raises(LoadRefusedError) as info:
-            runner.load(connect, db.table("items"), str(path), partitions=2, on_error="reject")
+            runner.load(
+                connect,
+                db.table("items"),
+                str(path),
+                mode="replace",
+                partitions=2,
+                on_error="reject",
+            )
 
         message = str(info.value)
         assert message.startswith(
@@ -531,7 +561,7 @@ def test_replace_of_a_table_with_a_foreign_key_to_itself_is_refused(
     path = _write(tmp_path, "tree.csv", ["1,", "2,1"])
 
     with pytest.raises(LoadRefusedError) as info:
-        runner.load(connect, db.table("tree"), str(path))
+        runner.load(connect, db.table("tree"), str(path), mode="replace")
 
     assert (
         f"replace of {db.schema}.tree refused before anything changed: it has a foreign key "
@@ -659,7 +689,7 @@ def test_reject_table_made_before_needs_only_insert_on_it(db, login_role, tmp_pa
         # the first load creates the reject table (run by a role that may)
         first = _write(tmp_path, "first.csv", ["1,a"])
         runner.load(
-            db.dsn, db.table("items"), str(first), on_error="reject",
+            db.dsn, db.table("items"), str(first), mode="replace", on_error="reject",
             reject_table=f"{rejects_schema}.rejects",
         )  # fmt: skip
         _run(db, "GRANT INSERT ON {k}.rejects TO {r}", r=login_role["name"], k=rejects_schema)
@@ -671,6 +701,7 @@ def test_reject_table_made_before_needs_only_insert_on_it(db, login_role, tmp_pa
                 login_role["dsn"],
                 db.table("items"),
                 str(path),
+                mode="replace",
                 on_error="reject",
                 max_rejects=1,
                 reject_table=f"{rejects_schema}.rejects",

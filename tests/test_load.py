@@ -25,7 +25,7 @@ def test_csv_with_quoted_newlines_split_in_four_matches_plain_copy(db, connect, 
     create_items(db)
     expected = plain_copy_checksum(db, path, "FORMAT csv")
 
-    summary = runner.load(connect, db.table("items"), str(path), partitions=4)
+    summary = runner.load(connect, db.table("items"), str(path), mode="replace", partitions=4)
 
     assert summary.partitions == 4
     assert summary.rows == 3000
@@ -44,7 +44,9 @@ def test_crlf_csv_with_header_split_in_partitions(db, connect, tmp_path):
     create_items(db)
     expected = plain_copy_checksum(db, path, "FORMAT csv, HEADER true")
 
-    summary = runner.load(connect, db.table("items"), str(path), header=True, partitions=5)
+    summary = runner.load(
+        connect, db.table("items"), str(path), mode="replace", header=True, partitions=5
+    )
 
     assert summary.partitions >= 4
     assert db.checksum("items") == expected
@@ -55,7 +57,7 @@ def test_header_in_other_order_is_mapped_by_name(db, connect, tmp_path):
     path.write_text('note,ID,name,day,amount\n"x\ny",1,a,2024-01-01,1.50\n,2,b,,2\n')
     create_items(db)
 
-    runner.load(connect, db.table("items"), str(path), header=True)
+    runner.load(connect, db.table("items"), str(path), mode="replace", header=True)
 
     assert db.run(
         f"SELECT id, name, amount::text, day::text, note FROM {db.schema}.items ORDER BY id"
@@ -71,7 +73,9 @@ def test_gzip_files_match_plain_copy(db, connect, tmp_path):
     whole.write_bytes(b"".join((tmp_path / f"part{n}.csv").read_bytes() for n in range(5)))
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
-    summary = runner.load(connect, db.table("items"), str(tmp_path / "part*.csv.gz"), partitions=4)
+    summary = runner.load(
+        connect, db.table("items"), str(tmp_path / "part*.csv.gz"), mode="replace", partitions=4
+    )
 
     assert summary.partitions == 4
     assert db.checksum("items") == expected
@@ -82,7 +86,9 @@ def test_text_format_matches_plain_copy(db, connect, tmp_path):
     create_items(db)
     expected = plain_copy_checksum(db, path, "FORMAT text")
 
-    summary = runner.load(connect, db.table("items"), str(path), format="text", partitions=4)
+    summary = runner.load(
+        connect, db.table("items"), str(path), mode="replace", format="text", partitions=4
+    )
 
     assert summary.partitions == 4
     assert db.checksum("items") == expected
@@ -98,7 +104,9 @@ def test_glob_of_many_files_grouped_into_partitions(db, connect, tmp_path):
     whole.write_bytes(b"".join(p.read_bytes() for p in chunks))
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
-    summary = runner.load(connect, db.table("items"), str(tmp_path / "day-*.csv"), partitions=4)
+    summary = runner.load(
+        connect, db.table("items"), str(tmp_path / "day-*.csv"), mode="replace", partitions=4
+    )
 
     assert summary.partitions == 4
     assert db.checksum("items") == expected
@@ -123,7 +131,9 @@ def test_copy_task_retried_after_failure_and_after_commit_loads_once(
     path = write_csv(tmp_path / "items.csv", rows(4000))
     create_items(db)
     expected = plain_copy_checksum(db, path, "FORMAT csv")
-    request = LoadRequest(table=db.table("items"), source=(str(path),), partitions=4)
+    request = LoadRequest(
+        mode="replace", table=db.table("items"), source=(str(path),), partitions=4
+    )
     conn = connect()
     plan = steps.prepare(conn, request, "0123456789ab")
 
@@ -156,7 +166,9 @@ def test_copy_task_retried_after_failure_and_after_commit_loads_once(
 def test_prepare_is_rerunnable_and_cleanup_idempotent(db, connect, tmp_path):
     path = write_csv(tmp_path / "items.csv", rows(100))
     create_items(db)
-    request = LoadRequest(table=db.table("items"), source=(str(path),), partitions=2)
+    request = LoadRequest(
+        mode="replace", table=db.table("items"), source=(str(path),), partitions=2
+    )
     conn = connect()
     steps.prepare(conn, request, "aaaaaaaaaaaa")
     plan = steps.prepare(conn, request, "aaaaaaaaaaaa")
@@ -175,15 +187,17 @@ def test_request_validation_errors_are_clear():
     with pytest.raises(ValueError, match="single one-byte"):
         CopyOptions(delimiter="ab")
     with pytest.raises(ValueError, match="either header=True"):
-        LoadRequest(table="t", source=("x",), columns=("a",), copy=CopyOptions(header=True))
+        LoadRequest(
+            mode="replace", table="t", source=("x",), columns=("a",), copy=CopyOptions(header=True)
+        )
 
 
 def test_missing_source_is_refused_before_anything_changes(db, connect, tmp_path):
     create_items(db)
     with pytest.raises(steps.LoadRefusedError, match="matched no files"):
-        runner.load(connect, db.table("items"), str(tmp_path / "nothing-*.csv"))
+        runner.load(connect, db.table("items"), str(tmp_path / "nothing-*.csv"), mode="replace")
     with pytest.raises(steps.LoadRefusedError, match="does not exist"):
-        runner.load(connect, db.table("missing_table"), str(Path(__file__)))
+        runner.load(connect, db.table("missing_table"), str(Path(__file__)), mode="replace")
     assert leftovers(db) == []
 
 

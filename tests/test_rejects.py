@@ -45,7 +45,13 @@ def test_bad_rows_are_rejected_and_the_rest_loads(db, connect, tmp_path):
     expected = plain_copy_checksum(db, good_path, "FORMAT csv")
 
     summary = runner.load(
-        connect, db.table("items"), str(path), partitions=4, on_error="reject", max_rejects=5
+        connect,
+        db.table("items"),
+        str(path),
+        mode="replace",
+        partitions=4,
+        on_error="reject",
+        max_rejects=5,
     )
 
     assert summary.rows == 2997
@@ -74,7 +80,13 @@ def test_more_rejects_than_allowed_fails_and_target_untouched(db, connect, tmp_p
 
     with pytest.raises(BadDataError, match="max_rejects=2"):
         runner.load(
-            connect, db.table("items"), str(path), partitions=4, on_error="reject", max_rejects=2
+            connect,
+            db.table("items"),
+            str(path),
+            mode="replace",
+            partitions=4,
+            on_error="reject",
+            max_rejects=2,
         )
 
     assert db.checksum("items") == before
@@ -93,6 +105,7 @@ def test_rejects_in_gzip_files_with_header(db, connect, tmp_path):
         connect,
         db.table("items"),
         str(path),
+        mode="replace",
         header=True,
         on_error="reject",
         max_rejects=1,
@@ -149,7 +162,13 @@ def test_one_pass_on_error_ignore_is_used_where_the_server_has_it(
     monkeypatch.setattr(rejects, "copy_in", spy)
 
     summary = runner.load(
-        connect, db.table("items"), str(path), partitions=1, on_error="reject", max_rejects=5
+        connect,
+        db.table("items"),
+        str(path),
+        mode="replace",
+        partitions=1,
+        on_error="reject",
+        max_rejects=5,
     )
 
     assert (summary.rows, summary.rejects) == (1998, 2)

@@ -83,6 +83,7 @@ def test_replace_keeps_indexes_constraints_triggers_grants_comments_and_views(
         connect,
         f'{db.schema}."Items"',
         str(path),
+        mode="replace",
         partitions=4,
         staging_logged=staging_logged,
         columns=["id", "name", "amount", "gid", "day", "note"],
@@ -163,6 +164,7 @@ def test_failure_at_any_point_leaves_target_as_it_was_and_the_retry_completes(db
         c.write(path.read_bytes())
     new_data = db.checksum("expected")
     request = LoadRequest(
+        mode="replace",
         table=f'{db.schema}."Items"',
         source=(str(path),),
         columns=COLUMNS,
@@ -256,6 +258,7 @@ def test_bad_value_names_file_line_and_column_and_target_untouched(db, connect, 
             connect,
             f'{db.schema}."Items"',
             str(path),
+            mode="replace",
             partitions=4,
             columns=["id", "name", "amount", "gid", "day", "note"],
         )
@@ -281,6 +284,7 @@ def test_duplicate_key_fails_finalize_and_target_untouched(db, connect, tmp_path
             connect,
             f'{db.schema}."Items"',
             str(path),
+            mode="replace",
             columns=["id", "name", "amount", "gid", "day", "note"],
         )
 
@@ -298,6 +302,7 @@ def test_replace_that_would_orphan_referencing_rows_is_refused(db, connect, tmp_
             connect,
             f'{db.schema}."Items"',
             str(path),
+            mode="replace",
             columns=["id", "name", "amount", "gid", "day", "note"],
         )
 
@@ -308,6 +313,7 @@ def test_locked_target_times_out_clearly_and_retry_succeeds(db, tmp_path, pg_dsn
     build_rich_target(db)
     path = write_csv(tmp_path / "items.csv", new_rows(50))
     request = LoadRequest(
+        mode="replace",
         table=f'{db.schema}."Items"',
         source=(str(path),),
         columns=("id", "name", "amount", "gid", "day", "note"),
@@ -337,7 +343,7 @@ def test_materialized_view_dependency_is_refused_before_start(db, connect, tmp_p
     path = write_csv(tmp_path / "t.csv", [(1,), (2,)])
 
     with pytest.raises(LoadRefusedError, match="materialized view"):
-        runner.load(connect, db.table("t"), str(path))
+        runner.load(connect, db.table("t"), str(path), mode="replace")
     runner.load(connect, db.table("t"), str(path), mode="append")
 
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.t") == 2

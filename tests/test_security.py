@@ -277,7 +277,9 @@ def test_hostile_names_in_error_messages_are_reported_not_executed(db, connect, 
     path.write_text('1,a,b,1.00,x,2024-01-01,y\n2,a,b,"1.0\'; DROP TABLE y; --",x,,\n')
 
     with pytest.raises(BadDataError) as info:
-        runner.load(connect, sql.Identifier(s, t).as_string(), str(path), partitions=1)
+        runner.load(
+            connect, sql.Identifier(s, t).as_string(), str(path), mode="replace", partitions=1
+        )
 
     assert info.value.line == 2
     assert info.value.column == "a.b"
@@ -422,7 +424,7 @@ def test_every_statement_sent_during_a_load_reads_copy_from_stdin(
             conn.cursor_factory = _SpyCursor
         return conn
 
-    summary = runner.load(factory, db.table("items"), str(path), partitions=4)
+    summary = runner.load(factory, db.table("items"), str(path), mode="replace", partitions=4)
 
     assert summary.rows == 3000
     assert len(copies) == 4  # one COPY per piece
@@ -501,7 +503,12 @@ def test_non_superuser_owner_can_replace(db, role, driver, tmp_path, privileges)
     assert not db.scalar("SELECT rolsuper FROM pg_roles WHERE rolname = %s", role["name"])
 
     summary = runner.load(
-        role["dsn"], db.table("items"), str(_file(tmp_path)), partitions=3, driver=driver
+        role["dsn"],
+        db.table("items"),
+        str(_file(tmp_path)),
+        mode="replace",
+        partitions=3,
+        driver=driver,
     )
 
     assert summary.rows == 2000
@@ -568,7 +575,9 @@ def test_replace_by_a_role_that_does_not_own_the_target_fails_clearly(db, role, 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(steps, "copy_partition", counting_copy)
         with pytest.raises(Exception) as info:
-            runner.load(role["dsn"], db.table("items"), str(_file(tmp_path)), partitions=2)
+            runner.load(
+                role["dsn"], db.table("items"), str(_file(tmp_path)), mode="replace", partitions=2
+            )
 
     message = str(info.value)
     assert isinstance(info.value, LoadRefusedError), f"{type(info.value).__name__}: {message}"
@@ -630,14 +639,16 @@ def test_password_not_in_logs_plan_summary_or_errors(db, pg_dsn, tmp_path, caplo
     good = _file(tmp_path, 500)
 
     # a good load
-    summary = runner.load(dsn, db.table("items"), str(good), partitions=2)
+    summary = runner.load(dsn, db.table("items"), str(good), mode="replace", partitions=2)
     assert summary.rows == 500
     _assert_clean(caplog.text, json.dumps(summary.to_dict()), summary.describe())
 
     # the plan that travels through XCom
     conn = open_connection(dsn)
     try:
-        request = LoadRequest(table=db.table("items"), source=(str(good),), partitions=2)
+        request = LoadRequest(
+            mode="replace", table=db.table("items"), source=(str(good),), partitions=2
+        )
         plan = steps.prepare(conn, request, naming.new_load_id())
         _assert_clean(json.dumps(plan.to_dict()), repr(plan))
         steps.cleanup(conn, db.schema, plan.load_id)
@@ -648,7 +659,7 @@ def test_password_not_in_logs_plan_summary_or_errors(db, pg_dsn, tmp_path, caplo
     bad = tmp_path / "bad.csv"
     bad.write_text("1,a,2024-01-01\n2,b,not a date\n")
     with pytest.raises(BadDataError) as info:
-        runner.load(dsn, db.table("items"), str(bad))
+        runner.load(dsn, db.table("items"), str(bad), mode="replace")
     _assert_clean(_exception_text(info.value), caplog.text)
 
     # a load that cannot connect at all
@@ -658,7 +669,7 @@ def test_password_not_in_logs_plan_summary_or_errors(db, pg_dsn, tmp_path, caplo
     else:
         unreachable = _as_uri(pg_dsn, host="127.0.0.1", port=str(port))
     with pytest.raises(Exception) as info:
-        runner.load(unreachable, db.table("items"), str(good))
+        runner.load(unreachable, db.table("items"), str(good), mode="replace")
     _assert_clean(_exception_text(info.value), caplog.text)
     assert leftovers(db) == []
 
@@ -670,7 +681,7 @@ def test_password_not_printed_by_the_cli(db, pg_dsn, tmp_path, capsys, caplog):
     bad = tmp_path / "bad.csv"
     bad.write_text("1,a,2024-01-01\n2,b,2024-13-01\n")
     table = db.table("items")
-    base = ["load", "--table", table, "--partitions", "2"]
+    base = ["load", "--table", table, "--partitions", "2", "--mode", "replace"]
     dsn = _with_password(pg_dsn)
     unreachable = _with_password(pg_dsn, host="127.0.0.1", port=free_port())
 
@@ -712,7 +723,7 @@ def test_password_not_echoed_from_a_malformed_connection_uri(
     good = _file(tmp_path, 10)
 
     with pytest.raises(Exception) as info:
-        runner.load(uri, db.table("items"), str(good), driver=driver_name)
+        runner.load(uri, db.table("items"), str(good), mode="replace", driver=driver_name)
     _assert_clean(_exception_text(info.value), caplog.text, secret=secret)
 
     code = cli.main(
@@ -726,6 +737,8 @@ def test_password_not_echoed_from_a_malformed_connection_uri(
             str(good),
             "--driver",
             driver_name,
+            "--mode",
+            "replace",
         ]
     )
     out = capsys.readouterr()

@@ -93,7 +93,7 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
             f"\n[2/3] airflow-pg-bulk in this process, {args.partitions} partitions ...", flush=True
         )
         summary = runner.load(
-            dsn, f"{SCHEMA}.readings", glob, header=True, partitions=args.partitions
+            dsn, f"{SCHEMA}.readings", glob, mode="replace", header=True, partitions=args.partitions
         )
         print(summary.describe(), flush=True)
         reference = workload.checksum(conn, SCHEMA, "readings_naive")

@@ -11,7 +11,7 @@ from typing import Any
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_pg_bulk import naming
+from airflow_pg_bulk import naming, options
 from airflow_pg_bulk.catalog import split_name
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -20,7 +20,13 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
 )
 from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
-from airflow_pg_bulk.plan import LOAD_OPTIONS, LoadPlan, LoadRequest, request_from_options
+from airflow_pg_bulk.plan import (
+    DEFAULT_PARTITION_BYTES,
+    LoadPlan,
+    LoadRequest,
+    Mode,
+    request_from_options,
+)
 
 _TERMINAL = (BadDataError, ConstraintViolationError, LoadRefusedError, IncompleteLoadError)
 UI_COLOR = "#d7e9f7"
@@ -68,29 +74,43 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param table: the target table, ``schema.table`` or ``table``; it must exist. (templated)
     :param source: a path or glob, or a list of them, of files every worker can read;
         ``.gz`` files are decompressed. (templated)
-    :param format: ``csv`` or ``text`` (PostgreSQL's text format).
-    :param header: files start with a header line naming the columns (matched by name).
-    :param delimiter: field delimiter; default ``,`` (csv) or tab (text).
-    :param null: the string meaning NULL; default empty (csv) or ``\\N`` (text).
-    :param quote: csv quote character (default ``"``).
-    :param escape: csv escape character (default: the quote character).
-    :param encoding: the files' encoding as PostgreSQL names it (default ``UTF8``).
-    :param mode: ``replace`` or ``append`` (see the README for each mode's guarantee).
-    :param partitions: number of COPY partitions; default one per ``partition_size``, max 16.
-    :param partition_size: bytes of input per partition when ``partitions`` is not given.
-    :param columns: target columns the fields fill, in order, for files without a header.
-        (templated)
-    :param staging_logged: force a logged (True) or unlogged (False) staging table; default
-        logged for replace, unlogged for append.
-    :param lock_timeout: how long finalize may wait for the target's lock (e.g. ``"30s"``).
-    :param maintenance_work_mem: memory for index builds in finalize (e.g. ``"512MB"``).
-    :param synchronous_commit: ``off`` (default) or ``on`` in COPY sessions.
-    :param analyze: ANALYZE the new data in finalize (default True).
-    :param on_error: ``"fail"`` (default) or ``"reject"``: bad rows go to ``reject_table`` and
-        the rest load, unless there are more than ``max_rejects``.
-    :param max_rejects: the most rejected rows the whole load may have (with ``"reject"``).
-    :param reject_table: ``schema.table`` for rejected rows (default ``pgbulk_rejects`` in the
-        target's schema; created if missing; kept after the load).
+    :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
+        loaded rows are added to the target's rows (see Modes and their guarantees); default
+        none: it must be given.
+    :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
+    :param header: every file starts with a header line; columns are matched to the table by
+        name (exact, then case-insensitive), in any order; all files must have the same header;
+        default ``False``.
+    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text).
+    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text).
+    :param quote: csv quote character; default ``"``.
+    :param escape: csv escape character inside quotes; default the quote.
+    :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
+        splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
+    :param partitions: number of COPY partitions (mapped tasks); default by size: one per
+        ``partition_size``, at most 16.
+    :param partition_size: input bytes per partition when ``partitions`` is not given; default
+        67108864 (64 MiB).
+    :param columns: target columns the fields fill, in file order, for files without a header;
+        default all non-generated. (templated)
+    :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
+        table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
+        replace, ``False`` for append.
+    :param lock_timeout: longest wait for the target's lock in finalize; default ``30s``.
+    :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
+        default ``512MB``.
+    :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
+        can lose only partitions whose commit was not yet flushed, which the ledger check then
+        reports — never a silent partial load; default ``off``.
+    :param analyze: ANALYZE the new data before it becomes visible; default ``True``.
+    :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
+        value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
+        the rest load; default ``fail``.
+    :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
+        the load fails and nothing reaches the target; default ``0``.
+    :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
+        target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
+        ``pgbulk_rejects`` in the target's schema.
     """
 
     template_fields: Sequence[str] = ("table", "source", "columns")
@@ -100,16 +120,33 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         *,
         table: str,
         source: str | Sequence[str],
+        mode: Mode | None = None,
+        format: str = "csv",
+        header: bool = False,
+        delimiter: str | None = None,
+        null: str | None = None,
+        quote: str = '"',
+        escape: str | None = None,
+        encoding: str = "UTF8",
+        partitions: int | None = None,
+        partition_size: int = DEFAULT_PARTITION_BYTES,
         columns: Sequence[str] | None = None,
+        staging_logged: bool | None = None,
+        lock_timeout: str = "30s",
+        maintenance_work_mem: str = "512MB",
+        synchronous_commit: str = "off",
+        analyze: bool = True,
+        on_error: str = "fail",
+        max_rejects: int = 0,
+        reject_table: str | None = None,
         **kwargs: Any,
     ) -> None:
-        options = {name: kwargs.pop(name) for name in list(kwargs) if name in LOAD_OPTIONS}
         super().__init__(**kwargs)
         self.table = table
         self.source = source
         self.columns = columns
-        self.load_options = options
-        request_from_options(table, source, columns, **options)  # bad options fail at parse time
+        self.load_options = options.pick(locals(), exclude=("columns",))
+        request_from_options(table, source, columns, **self.load_options)  # fail at parse time
 
     def build_request(self) -> LoadRequest:
         """The load request from the (rendered) arguments."""

@@ -36,7 +36,7 @@ PARTITIONS = int(os.environ.get("PG_BULK_DEMO_PARTITIONS", "4"))
 def smart_meter() -> None:
     """Replace the readings table from CSV files with a header, in parallel COPY tasks."""
     pg_bulk_load(
-        task_id="load_readings",
+        group_id="load_readings",
         postgres_conn_id=CONN_ID,
         table="{{ params.table }}",
         source="{{ params.readings }}",

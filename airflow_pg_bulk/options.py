@@ -1,0 +1,295 @@
+"""The one declaration of every load option: name, type, default, a one-line doc and the modes
+it applies to.
+
+Everything that takes load options derives from (or is checked against) :data:`OPTIONS`:
+
+- ``PgBulkPrepareOperator`` and ``pg_bulk_load`` write the options out as explicit keyword-only
+  parameters (so IDEs and ``help()`` see them); ``tests/test_options.py`` checks their names,
+  defaults and ``:param:`` docstrings against this declaration;
+- the command line's flags are generated from it (:func:`add_cli_flags`);
+- the README's parameter table is generated from it (:func:`markdown_table`) and checked.
+
+Add a new option here first; ``python -m airflow_pg_bulk.options`` prints the docstring lines
+and the README table to paste. Nothing here imports Airflow or touches a database.
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+MODES: tuple[str, ...] = ("replace", "append")
+MODE_HELP: dict[str, str] = {
+    "replace": "the target ends up with exactly the loaded rows (the rows it holds are removed)",
+    "append": "the loaded rows are added to the rows the target holds",
+}
+DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
+TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
+
+
+class _Required:
+    """The default of an option that has none: it must be given."""
+
+    def __repr__(self) -> str:
+        return "REQUIRED"
+
+
+REQUIRED: Any = _Required()
+
+
+def mode_required_message(spell: Callable[[str], str] = lambda m: f"mode={m!r}") -> str:
+    """What a load without ``mode`` says: each mode and what it does to the target.
+
+    :param spell: how a mode is written where the message is read (``--mode replace``).
+    """
+    choices = ", or ".join(f"{spell(name)}: {what}" for name, what in MODE_HELP.items())
+    return f"a mode is required (there is no default); nothing was changed. Choose {choices}."
+
+
+@dataclass(frozen=True)
+class LoadOption:
+    """One load option.
+
+    :param name: the keyword (``lock_timeout``); the CLI flag is ``--lock-timeout``.
+    :param type: ``str``, ``int`` or ``bool``; ``columns`` is a list of ``str``.
+    :param default: the value used when the option is not given (or ``None``: computed, see
+        ``default_doc``); :data:`REQUIRED` when it must be given.
+    :param doc: one line: what the option does.
+    :param default_doc: the default in words, for the docs and ``--help``.
+    :param group: where it lands in the request: ``copy`` (CopyOptions), ``settings``
+        (Settings), ``errors`` (ErrorPolicy) or ``request`` (LoadRequest itself).
+    :param choices: the allowed values, if they are a closed set.
+    :param modes: the modes the option applies to.
+    :param templated: a template field of ``PgBulkPrepareOperator``.
+    :param is_list: a list of strings (comma-separated on the command line).
+    """
+
+    name: str
+    type: type
+    default: Any
+    doc: str
+    default_doc: str
+    group: str
+    choices: tuple[str, ...] | None = None
+    modes: tuple[str, ...] = MODES
+    templated: bool = False
+    is_list: bool = False
+
+    @property
+    def flag(self) -> str:
+        """The command-line flag, ``--lock-timeout``."""
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def required(self) -> bool:
+        """The option has no default and must be given."""
+        return self.default is REQUIRED
+
+
+OPTIONS: tuple[LoadOption, ...] = (
+    LoadOption(
+        "mode", str, REQUIRED,
+        "`replace`: the target ends up with exactly the loaded rows; `append`: the loaded rows "
+        "are added to the target's rows (see Modes and their guarantees)",
+        "none: must be given", "request", choices=MODES,
+    ),
+    LoadOption("format", str, "csv", "`csv` or `text` (PostgreSQL's text format)", "`csv`",
+               "copy", choices=("csv", "text")),
+    LoadOption(
+        "header", bool, False,
+        "every file starts with a header line; columns are matched to the table by name "
+        "(exact, then case-insensitive), in any order; all files must have the same header",
+        "`False`", "copy",
+    ),
+    LoadOption("delimiter", str, None, "field delimiter, one byte", "`,` (csv), tab (text)",
+               "copy"),
+    LoadOption("null", str, None, "the NULL marker", "unquoted empty (csv), `\\N` (text)", "copy"),
+    LoadOption("quote", str, '"', "csv quote character", '`"`', "copy"),
+    LoadOption("escape", str, None, "csv escape character inside quotes", "the quote", "copy"),
+    LoadOption(
+        "encoding", str, "UTF8",
+        "the files' encoding, PostgreSQL's name (`LATIN1`, `WIN1252`, …); splitting one file "
+        "needs an ASCII-compatible encoding",
+        "`UTF8`", "copy",
+    ),
+    LoadOption(
+        "partitions", int, None, "number of COPY partitions (mapped tasks)",
+        "by size: one per `partition_size`, at most 16", "request",
+    ),
+    LoadOption(
+        "partition_size", int, DEFAULT_PARTITION_BYTES,
+        "input bytes per partition when `partitions` is not given", "67108864 (64 MiB)",
+        "request",
+    ),
+    LoadOption(
+        "columns", str, None,
+        "target columns the fields fill, in file order, for files without a header",
+        "all non-generated", "request", templated=True, is_list=True,
+    ),
+    LoadOption(
+        "staging_logged", bool, None,
+        "staging persistence: a logged (true) or unlogged (false) staging table; see "
+        "docs/tuning.md for the measurement behind the defaults",
+        "`True` for replace, `False` for append", "request",
+    ),
+    LoadOption("lock_timeout", str, "30s", "longest wait for the target's lock in finalize",
+               "`30s`", "settings"),
+    LoadOption(
+        "maintenance_work_mem", str, "512MB",
+        "memory for index builds and constraint validation in finalize", "`512MB`", "settings",
+    ),
+    LoadOption(
+        "synchronous_commit", str, "off",
+        "`synchronous_commit` of the COPY sessions; with `off` a crash can lose only partitions "
+        "whose commit was not yet flushed, which the ledger check then reports — never a silent "
+        "partial load",
+        "`off`", "settings",
+    ),
+    LoadOption("analyze", bool, True, "ANALYZE the new data before it becomes visible", "`True`",
+               "settings"),
+    LoadOption(
+        "on_error", str, "fail",
+        "`fail`: the first bad row fails the load, naming file, line, column and value; "
+        "`reject`: rows PostgreSQL cannot parse or convert go to `reject_table` and the rest load",
+        "`fail`", "errors", choices=("fail", "reject"),
+    ),
+    LoadOption(
+        "max_rejects", int, 0,
+        "with `reject`: the most rejected rows the whole load may have; past it the load fails "
+        "and nothing reaches the target",
+        "`0`", "errors",
+    ),
+    LoadOption(
+        "reject_table", str, None,
+        "`schema.table` for rejected rows, created if missing: `load_id, target, source_file, "
+        "line, raw_line, error, rejected_at`; kept after the load",
+        "`pgbulk_rejects` in the target's schema", "errors",
+    ),
+)  # fmt: skip
+
+BY_NAME: dict[str, LoadOption] = {opt.name: opt for opt in OPTIONS}
+NAMES: tuple[str, ...] = tuple(BY_NAME)
+
+
+def in_group(group: str) -> tuple[str, ...]:
+    """The names of the options of one group (``copy``, ``settings``, ``errors``, ``request``)."""
+    return tuple(opt.name for opt in OPTIONS if opt.group == group)
+
+
+def pick(values: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """The load options among ``values`` (for example an ``__init__``'s ``locals()``)."""
+    skip = set(exclude)
+    return {name: values[name] for name in NAMES if name in values and name not in skip}
+
+
+def changed(values: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str, Any]:
+    """The load options among ``values`` that differ from their declared defaults (so that
+    whole ``settings=``/``copy=``/``errors=`` objects keep their own fields)."""
+    return {k: v for k, v in pick(values, exclude).items() if v != BY_NAME[k].default}
+
+
+# --- the command line -------------------------------------------------------------------
+
+
+def parse_delimiter(text: str) -> str:
+    """A delimiter as typed in a shell: ``'\\t'`` (backslash, t), ``'\\\\t'``, ``tab`` or a real
+    tab mean a tab; anything else is taken as is."""
+    return "\t" if text in TAB_SPELLINGS else text
+
+
+def _whole_number(flag: str, minimum: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"a whole number is needed, not {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{minimum} or more is needed, not {value}")
+        return value
+
+    return parse
+
+
+def _column_list(text: str) -> list[str]:
+    return [name.strip() for name in text.split(",") if name.strip()]
+
+
+_MINIMUM = {"partitions": 1, "partition_size": 1, "max_rejects": 0}
+
+
+def _cli_help(opt: LoadOption) -> str:
+    text = opt.doc.replace("`", "")
+    if opt.name == "delimiter":
+        text += " (a tab: '\\t', tab or $'\\t')"
+    if opt.is_list:
+        text += " (comma-separated)"
+    default = "none, must be given" if opt.required else opt.default_doc.replace("`", "")
+    return f"{text} (default: {default})".replace("%", "%%")
+
+
+def add_cli_flags(parser: argparse.ArgumentParser) -> None:
+    """Add one flag per load option to ``parser``. Every flag defaults to ``None`` (not given:
+    the declared default applies); booleans are ``--x/--no-x``."""
+    for opt in OPTIONS:
+        kwargs: dict[str, Any] = {"default": None, "help": _cli_help(opt), "dest": opt.name}
+        if opt.type is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif opt.choices:
+            kwargs["choices"] = opt.choices
+        elif opt.type is int:
+            kwargs["type"] = _whole_number(opt.flag, _MINIMUM.get(opt.name, 0))
+            kwargs["metavar"] = "N"
+        elif opt.is_list:
+            kwargs["type"] = _column_list
+            kwargs["metavar"] = "A,B,..."
+        elif opt.name == "delimiter":
+            kwargs["type"] = parse_delimiter
+        parser.add_argument(opt.flag, **kwargs)
+
+
+# --- documentation ------------------------------------------------------------------------
+
+
+def markdown_table() -> str:
+    """The README's table of load options, one row per option."""
+    lines = ["| parameter | default | modes | meaning |", "|---|---|---|---|"]
+    for opt in OPTIONS:
+        default = "— (required)" if opt.required else opt.default_doc
+        meaning = opt.doc + (". Templated." if opt.templated else "")
+        lines.append(f"| `{opt.name}` | {default} | {', '.join(opt.modes)} | {meaning} |")
+    return "\n".join(lines)
+
+
+def param_doc(opt: LoadOption) -> str:
+    """The ``:param:`` text of an option for a docstring (without the ``:param x:`` prefix)."""
+    text = (
+        opt.doc.replace("`", "``")
+        + "; default "
+        + ("none: it must be given" if opt.required else opt.default_doc.replace("`", "``"))
+    )
+    return text + "." + (" (templated)" if opt.templated else "")
+
+
+def param_docstring(indent: str = "    ") -> str:
+    """The ``:param:`` lines of every option, wrapped, to paste into a docstring."""
+    out = []
+    for opt in OPTIONS:
+        out.append(
+            textwrap.fill(
+                f":param {opt.name}: {param_doc(opt)}",
+                width=96,
+                initial_indent=indent,
+                subsequent_indent=indent + "    ",
+                break_on_hyphens=False,
+            )
+        )
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    print(param_docstring().replace("\\", "\\\\"))  # as written in a (non-raw) docstring
+    print()
+    print(markdown_table())
