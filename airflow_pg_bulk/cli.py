@@ -80,9 +80,9 @@ def _demo_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--conn", help="use this database instead of a throwaway server")
-    p.add_argument("--meters", type=int, default=15_000)
+    p.add_argument("--meters", type=int, default=15_000, help="smart meters in the workload")
     p.add_argument("--days", type=int, default=200, help="days of readings per meter")
-    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--partitions", type=int, default=4, help="COPY partitions of the loads")
     p.add_argument(
         "--no-airflow",
         action="store_true",
