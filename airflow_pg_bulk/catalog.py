@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from airflow_pg_bulk import sql
+from airflow_pg_bulk.codes import ConstraintKind, RelKind
 from airflow_pg_bulk.driver import execute
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import (
@@ -53,12 +54,12 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
     oid, relkind, persistence, owner, reloptions, is_partition, rls, comment, inherits = rows[0]
-    if relkind != "r":
+    if relkind != RelKind.TABLE:
         kinds = {
-            "p": "a partitioned table",
-            "v": "a view",
-            "m": "a materialized view",
-            "f": "a foreign table",
+            RelKind.PARTITIONED: "a partitioned table",
+            RelKind.VIEW: "a view",
+            RelKind.MATERIALIZED_VIEW: "a materialized view",
+            RelKind.FOREIGN_TABLE: "a foreign table",
         }
         raise LoadRefusedError(
             f"target {schema}.{table} is {kinds.get(relkind, 'not a plain table')}; "
@@ -76,7 +77,7 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
     for name, unique, definition, prefix, con_name, con_kind, idx_comment in execute(
         conn, sql.table_indexes(oid)
     ):
-        if con_kind == "x":
+        if con_kind == ConstraintKind.EXCLUSION:
             continue  # an exclusion constraint builds its own index
         if not definition.startswith(prefix):
             raise LoadRefusedError(
@@ -117,7 +118,7 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
     for view_schema, view_name, view_kind, _body, _options in execute(
         conn, sql.dependent_views(oid)
     ):
-        if view_kind == "v":
+        if view_kind == RelKind.VIEW:
             views.append(f"{view_schema}.{view_name}")
         else:
             problems.append(

@@ -8,6 +8,7 @@ against ``copy_expert`` with a file-like reader.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -18,6 +19,8 @@ from urllib.parse import unquote
 from psycopg import sql as pg3sql
 
 from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+
+log = logging.getLogger(__name__)
 
 COPY_BUFFER = 1 << 20  # bytes handed to the driver per write; see docs/tuning.md
 
@@ -153,6 +156,15 @@ def copy_in(conn: Any, statement: pg3sql.Composable, chunks: Iterable[bytes]) ->
                 for chunk in chunks:
                     copy.write(chunk)
         return int(cur.rowcount)
+
+
+def rollback_quietly(conn: Any) -> None:
+    """Roll back, ignoring a failure: the connection may be gone, and then the server rolls
+    back on its own."""
+    try:
+        conn.rollback()
+    except Exception:
+        log.debug("rollback failed", exc_info=True)
 
 
 def server_version(conn: Any) -> int:

@@ -34,7 +34,7 @@ import enum
 import re
 from collections.abc import Iterable, Iterator
 
-from airflow_pg_bulk import splitting
+from airflow_pg_bulk import charsets, splitting
 
 _HOLD = 5  # bytes kept back for look-ahead: a CR LF, then "\.\r\n", checked from the CR LF
 _FIRST_RECORD_LIMIT = 256 << 20  # bytes held at most while the first line ending is unknown
@@ -102,8 +102,8 @@ class RecordCounter:
         self._file_end = file_end
         self._expected = expected_newline
         self._decoder = None
-        if not splitting.can_split(encoding):
-            codec = splitting._python_codec(encoding)
+        if not charsets.can_split(encoding):
+            codec = charsets.python_codec(encoding)
             self._decoder = codecs.getincrementaldecoder(codec)(errors="replace")
         self._q = syntax.quote if syntax.is_csv else b""
         self._e = syntax.escape if syntax.is_csv else b""

@@ -23,15 +23,16 @@ matters: on the bytes each COPY is sent.
 
 from __future__ import annotations
 
-import codecs
 import contextlib
 import io
 import operator
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO, Literal
+
+from airflow_pg_bulk.charsets import can_split, python_codec
 
 __all__ = [
     "RecordSyntax",
@@ -43,6 +44,7 @@ __all__ = [
     "iter_range",
     "parse_header",
     "record_line_numbers",
+    "record_locations",
     "record_starts",
 ]
 
@@ -104,175 +106,6 @@ class RecordSyntax:
     def is_csv(self) -> bool:
         """True for the csv format."""
         return self.format == "csv"
-
-
-# --------------------------------------------------------------------------------------------
-# Encodings
-# --------------------------------------------------------------------------------------------
-
-# PostgreSQL's encoding aliases (encnames.c), keyed by the name with everything but letters and
-# digits removed and lower-cased, plus the usual Python codec spellings.
-_PG_ALIASES: dict[str, str] = {
-    "abc": "WIN1258",
-    "alt": "WIN866",
-    "big5": "BIG5",
-    "euccn": "EUC_CN",
-    "eucjis2004": "EUC_JIS_2004",
-    "eucjp": "EUC_JP",
-    "euckr": "EUC_KR",
-    "euctw": "EUC_TW",
-    "gb18030": "GB18030",
-    "gbk": "GBK",
-    "iso88591": "LATIN1",
-    "iso88592": "LATIN2",
-    "iso88593": "LATIN3",
-    "iso88594": "LATIN4",
-    "iso88595": "ISO_8859_5",
-    "iso88596": "ISO_8859_6",
-    "iso88597": "ISO_8859_7",
-    "iso88598": "ISO_8859_8",
-    "iso88599": "LATIN5",
-    "iso885910": "LATIN6",
-    "iso885913": "LATIN7",
-    "iso885914": "LATIN8",
-    "iso885915": "LATIN9",
-    "iso885916": "LATIN10",
-    "johab": "JOHAB",
-    "koi8": "KOI8R",
-    "koi8r": "KOI8R",
-    "koi8u": "KOI8U",
-    "mskanji": "SJIS",
-    "muleinternal": "MULE_INTERNAL",
-    "shiftjis": "SJIS",
-    "shiftjis2004": "SHIFT_JIS_2004",
-    "sjis": "SJIS",
-    "sqlascii": "SQL_ASCII",
-    "tcvn": "WIN1258",
-    "tcvn5712": "WIN1258",
-    "uhc": "UHC",
-    "unicode": "UTF8",
-    "utf8": "UTF8",
-    "vscii": "WIN1258",
-    "win": "WIN1251",
-    "win866": "WIN866",
-    "win874": "WIN874",
-    "win932": "SJIS",
-    "win936": "GBK",
-    "win949": "UHC",
-    "win950": "BIG5",
-    "windows866": "WIN866",
-    "windows874": "WIN874",
-    "windows932": "SJIS",
-    "windows936": "GBK",
-    "windows949": "UHC",
-    "windows950": "BIG5",
-    # Python codec names and aliases that PostgreSQL does not spell the same way.
-    "ascii": "SQL_ASCII",
-    "usascii": "SQL_ASCII",
-    "utf8sig": "UTF8",
-    "latin": "LATIN1",
-    "cp866": "WIN866",
-    "cp874": "WIN874",
-    "cp932": "SJIS",
-    "ms932": "SJIS",
-    "cp936": "GBK",
-    "ms936": "GBK",
-    "cp949": "UHC",
-    "ms949": "UHC",
-    "cp950": "BIG5",
-    "ms950": "BIG5",
-    "cp1361": "JOHAB",
-    "big5hkscs": "BIG5",
-    "hkscs": "BIG5",
-    "gb2312": "EUC_CN",
-    "eucjisx0213": "EUC_JIS_2004",
-    "shiftjisx0213": "SHIFT_JIS_2004",
-    "sjis2004": "SHIFT_JIS_2004",
-}
-for _n in range(1, 11):
-    _PG_ALIASES[f"latin{_n}"] = f"LATIN{_n}"
-for _n in range(1250, 1259):
-    _PG_ALIASES[f"win{_n}"] = f"WIN{_n}"
-    _PG_ALIASES[f"windows{_n}"] = f"WIN{_n}"
-    _PG_ALIASES[f"cp{_n}"] = f"WIN{_n}"
-del _n
-
-# PostgreSQL's client-only encodings: a byte < 0x80 can be the 2nd byte of a character.
-_CLIENT_ONLY = frozenset({"BIG5", "GB18030", "GBK", "JOHAB", "SHIFT_JIS_2004", "SJIS", "UHC"})
-
-_PY_CODECS: dict[str, str] = {
-    "SQL_ASCII": "utf-8",
-    "UTF8": "utf-8",
-    "LATIN1": "iso8859-1",
-    "LATIN2": "iso8859-2",
-    "LATIN3": "iso8859-3",
-    "LATIN4": "iso8859-4",
-    "LATIN5": "iso8859-9",
-    "LATIN6": "iso8859-10",
-    "LATIN7": "iso8859-13",
-    "LATIN8": "iso8859-14",
-    "LATIN9": "iso8859-15",
-    "LATIN10": "iso8859-16",
-    "ISO_8859_5": "iso8859-5",
-    "ISO_8859_6": "iso8859-6",
-    "ISO_8859_7": "iso8859-7",
-    "ISO_8859_8": "iso8859-8",
-    "WIN866": "cp866",
-    "WIN874": "cp874",
-    "KOI8R": "koi8-r",
-    "KOI8U": "koi8-u",
-    "EUC_JP": "euc_jp",
-    "EUC_CN": "gb2312",
-    "EUC_KR": "euc_kr",
-    "EUC_JIS_2004": "euc_jis_2004",
-    "SJIS": "cp932",
-    "SHIFT_JIS_2004": "shift_jis_2004",
-    "BIG5": "cp950",
-    "GBK": "gbk",
-    "GB18030": "gb18030",
-    "UHC": "cp949",
-    "JOHAB": "johab",
-}
-_PY_CODECS.update({f"WIN{n}": f"cp{n}" for n in range(1250, 1259)})
-
-
-def _clean_name(name: str) -> str:
-    return "".join(ch for ch in name.lower() if ch.isascii() and ch.isalnum())
-
-
-def _pg_encoding(encoding: str) -> str | None:
-    """PostgreSQL's canonical name for an encoding name (PostgreSQL or Python spelling)."""
-    found = _PG_ALIASES.get(_clean_name(encoding))
-    if found is None:
-        try:
-            python_name = codecs.lookup(encoding).name
-        except LookupError:
-            return None
-        found = _PG_ALIASES.get(_clean_name(python_name))
-    return found
-
-
-def can_split(encoding: str) -> bool:
-    """Whether files in ``encoding`` can be split by byte search for ASCII quote/newline bytes.
-
-    False for PostgreSQL's client-only encodings (SJIS, SHIFT_JIS_2004, BIG5, GBK, GB18030, UHC,
-    JOHAB), whose multi-byte characters may contain bytes that look like ASCII quotes or
-    backslashes, and for names that are not recognised. Names are matched the way PostgreSQL
-    matches them (case and punctuation are ignored) and Python spellings are accepted too
-    (``'utf-8'``, ``'latin-1'``, ``'cp1252'``, ``'shift_jis'``...).
-    """
-    pg = _pg_encoding(encoding)
-    return pg is not None and pg not in _CLIENT_ONLY
-
-
-def _python_codec(encoding: str) -> str:
-    pg = _pg_encoding(encoding)
-    if pg is not None and pg in _PY_CODECS:
-        return _PY_CODECS[pg]
-    try:
-        return codecs.lookup(encoding).name
-    except LookupError:
-        raise ValueError(f"no Python codec for encoding {encoding!r}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -595,55 +428,54 @@ def record_starts(
     return answers
 
 
-def _csv_starts(
-    f: IO[bytes], targets: list[int], syntax: RecordSyntax, size: int, chunk_size: int
-) -> list[int]:
+def _starts(targets: list[int], size: int, start_after: Callable[[int], int]) -> list[int]:
+    """The record start at or after each ascending target; ``start_after(t)`` finds the first
+    record start >= ``t`` for ``0 < t < size`` (called with ascending targets)."""
     out: list[int] = []
-    cursor: _CsvCursor | None = None
     last = 0  # the most recent answer (a record start)
     for t in targets:
         if t == 0:
             out.append(0)
-            continue
-        if t <= last:
+        elif t <= last:
             out.append(last)
-            continue
-        if last >= size:
+        elif last >= size:
             out.append(size)
-            continue
+        else:
+            last = start_after(t)
+            out.append(last)
+    return out
+
+
+def _csv_starts(
+    f: IO[bytes], targets: list[int], syntax: RecordSyntax, size: int, chunk_size: int
+) -> list[int]:
+    cursor: _CsvCursor | None = None
+
+    def start_after(t: int) -> int:
+        nonlocal cursor
         if cursor is None:
             f.seek(0)
             cursor = _CsvCursor(_Reader(f, 0, limit=size, chunk_size=chunk_size), syntax)
         # A record starts at t exactly when the terminator's last byte is at t - 1.
         cursor.advance_to(t - 1)
         found = cursor.next_record()
-        last = size if found is None else found[1]
-        out.append(last)
-    return out
+        return size if found is None else found[1]
+
+    return _starts(targets, size, start_after)
 
 
 def _text_starts(f: IO[bytes], targets: list[int], size: int, chunk_size: int) -> list[int]:
-    out: list[int] = []
-    last = 0
     block = min(chunk_size, _LOCAL_BLOCK)
-    for t in targets:
-        if t == 0:
-            out.append(0)
-            continue
-        if t <= last:
-            out.append(last)
-            continue
-        if last >= size:
-            out.append(size)
-            continue
+
+    def start_after(t: int) -> int:
         probe = t - 1
         carry = _backslashes_before(f, probe)
         f.seek(probe)
         cursor = _TextCursor(_Reader(f, probe, limit=size, chunk_size=block), carry)
         found = cursor.next_record()
-        last = size if found is None else found[1]
-        out.append(last)
-    return out
+        return size if found is None else found[1]
+
+    return _starts(targets, size, start_after)
 
 
 def iter_range(
@@ -887,7 +719,7 @@ def parse_header(
         raise ValueError("delimiter must differ from the quote and escape characters")
     if not syntax.is_csv and delim in b"\\.abcdefghijklmnopqrstuvwxyz0123456789":
         raise ValueError(f"text-format delimiter cannot be {delim!r} (COPY rejects it)")
-    codec = _python_codec(encoding)
+    codec = python_codec(encoding)
     if record.startswith(_UTF8_BOM):
         record = record[len(_UTF8_BOM) :]
     line = _record_content(record, syntax)
@@ -927,13 +759,41 @@ def record_line_numbers(
 
     :raises ValueError: a bad range or numbering, or no such record in the range.
     """
-    record_start, content_end, _next = record_span(
-        path, start, end, record_number, syntax, numbering=numbering
+    ((_span, first, last),) = record_locations(
+        path, start, end, [record_number], syntax, numbering=numbering
     )
-    newline = detect_newline(path, syntax)
-    first = 1 + count_newlines(path, 0, record_start, newline=newline)
-    last = first + count_newlines(path, record_start, content_end, newline=newline)
     return first, last
+
+
+def record_locations(
+    path: PathLike,
+    start: int,
+    end: int | None,
+    record_numbers: Sequence[int],
+    syntax: RecordSyntax,
+    *,
+    numbering: Literal["postgres", "records"] = "postgres",
+) -> list[tuple[tuple[int, int, int], int, int]]:
+    """``(span, first, last)`` for each of ``record_numbers`` (COPY's ``line N`` in a session
+    that loaded ``[start, end)``): its byte span (:func:`record_span`) and its physical line
+    numbers in the whole file (:func:`record_line_numbers`), in one pass over the file.
+
+    The one place that maps COPY's line numbers back to file lines. Returned in the order of
+    ``record_numbers``.
+
+    :raises ValueError: a bad range or numbering, or a number beyond the range's records.
+    """
+    spans = record_spans(path, start, end, record_numbers, syntax, numbering=numbering)
+    newline = detect_newline(path, syntax)
+    found: dict[int, tuple[tuple[int, int, int], int, int]] = {}
+    line, at = 1, 0
+    for i in sorted(range(len(spans)), key=lambda i: spans[i][0]):
+        record_start, content_end, _next = spans[i]
+        line += count_newlines(path, at, record_start, newline=newline)
+        at = record_start
+        last = line + count_newlines(path, record_start, content_end, newline=newline)
+        found[i] = (spans[i], line, last)
+    return [found[i] for i in range(len(spans))]
 
 
 def record_span(

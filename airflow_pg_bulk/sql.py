@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
+from airflow_pg_bulk.codes import ConstraintKind, TriggerState
 from airflow_pg_bulk.plan import CopyOptions
 
 __all__ = ["Composable"]
@@ -23,7 +24,11 @@ __all__ = ["Composable"]
 PRIVILEGES = frozenset(
     {"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER", "MAINTAIN"}
 )
-_TRIGGER_STATES = {"D": "DISABLE", "R": "ENABLE REPLICA", "A": "ENABLE ALWAYS"}
+_TRIGGER_STATES = {
+    TriggerState.DISABLED: "DISABLE",
+    TriggerState.REPLICA: "ENABLE REPLICA",
+    TriggerState.ALWAYS: "ENABLE ALWAYS",
+}
 
 
 def _table(schema: str, name: str) -> Identifier:
@@ -410,6 +415,16 @@ def ledger_rows(schema: str, ledger: str) -> Composed:
     )
 
 
+def copy_span(schema: str, ledger: str) -> Composed:
+    """First COPY start and last COPY end of the committed partitions (``loaded_at`` is the
+    start of the partition's transaction), and the server's clock now; epoch seconds."""
+    return SQL(
+        "SELECT extract(epoch FROM min(loaded_at)),"
+        " extract(epoch FROM max(loaded_at + seconds * interval '1 second')),"
+        " extract(epoch FROM clock_timestamp()) FROM {} WHERE partition <> {}"
+    ).format(_table(schema, ledger), Literal(FINALIZED))
+
+
 def relation_exists(schema: str, name: str) -> Composed:
     """Whether a table (or any relation) of that name exists."""
     return SQL("SELECT to_regclass({}) IS NOT NULL").format(
@@ -481,7 +496,7 @@ def add_key_using_index(
     schema: str, table: str, name: str, *, kind: str, index: str, deferrable: bool, deferred: bool
 ) -> Composed:
     """Turn a built unique index into the PRIMARY KEY or UNIQUE constraint (no re-scan)."""
-    keyword = {"p": "PRIMARY KEY", "u": "UNIQUE"}[kind]
+    keyword = {ConstraintKind.PRIMARY_KEY: "PRIMARY KEY", ConstraintKind.UNIQUE: "UNIQUE"}[kind]
     timing = ""
     if deferrable:
         timing = " DEFERRABLE INITIALLY DEFERRED" if deferred else " DEFERRABLE"

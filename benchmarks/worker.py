@@ -168,7 +168,7 @@ def _kind(text: str) -> str:
 
 def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
     """Time every statement the steps run (kind, text, seconds)."""
-    from airflow_pg_bulk import steps
+    from airflow_pg_bulk import finalize, steps
 
     original = steps.execute
 
@@ -186,6 +186,7 @@ def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
             timings.append((_kind(text), text[:160], seconds))
 
     steps.execute = timed
+    finalize.execute = timed  # finalize's own module since the steps were cut apart
 
 
 def pipeline(spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,344 @@
+"""Finalize: check the ledger, then make the staged rows the target's.
+
+replace: build the captured indexes and constraints on staging (each step commits on its own,
+and a retry skips what is built), ANALYZE, then swap staging in for the target in one short
+transaction that carries over triggers, grants, owner, comments, sequences, dependent views
+and referencing foreign keys. append: one ``INSERT ... SELECT`` from staging. Both under
+``lock_timeout`` and an advisory lock on the target; a finalize retried after its commit does
+nothing. See docs/design.md, "finalize".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_pg_bulk import catalog, naming, sql, translate
+from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
+from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar
+from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
+from airflow_pg_bulk.figures import LoadSummary, PhaseClock
+from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, TargetDefinition
+
+log = logging.getLogger(__name__)
+
+
+def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
+    """Check every partition is in the ledger, then make the staged rows the target's.
+
+    replace: build the captured indexes and constraints on staging, restore triggers, grants,
+    owner and comments, ANALYZE, and swap it in for the target in one short transaction.
+    append: insert the staged rows into the target in one transaction."""
+    clock = PhaseClock()
+    t = plan.target
+    locked = False
+    try:
+        with clock.phase("check"):
+            execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+            execute(conn, sql.load_lock(plan.load_id))
+            conn.commit()
+            locked = True
+            rows, nbytes, rejected, finalized = _check_ledger(conn, plan)
+        if finalized:
+            log.info(
+                "Load %s was finalized before (the last attempt's commit went through): "
+                "%d rows are in %s; nothing to do",
+                plan.load_id,
+                rows,
+                t.qualified,
+            )
+        elif plan.mode == "replace":
+            _finalize_replace(conn, plan, clock, rows, nbytes, rejected)
+        else:
+            _finalize_append(conn, plan, clock, rows, nbytes, rejected)
+    except BaseException as exc:
+        rollback_quietly(conn)
+        raise translate.finalize_error(exc, plan) from exc
+    finally:
+        if locked:
+            _release_load_lock(conn, plan)
+    summary = LoadSummary(
+        t.qualified,
+        plan.mode,
+        rows,
+        nbytes,
+        len(plan.partitions),
+        clock.seconds,
+        rejected,
+        records=rows + rejected,  # each partition's accounting checked rows + rejects = records
+    )
+    log.info(
+        "Finalized load %s: %d rows now in %s (%s); finalize phases: %s",
+        plan.load_id,
+        rows,
+        t.qualified,
+        plan.mode,
+        ", ".join(f"{name} {secs:.2f} s" for name, secs in clock.seconds.items()),
+    )
+    return summary
+
+
+def _release_load_lock(conn: Any, plan: LoadPlan) -> None:
+    try:
+        execute(conn, sql.load_lock(plan.load_id, release=True))
+        conn.commit()
+    except Exception:  # the connection may be gone: the session's end released the lock
+        log.debug("releasing the finalize lock failed", exc_info=True)
+
+
+def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int, bool]:
+    """Rows, bytes and rejects of the committed partitions, and whether the load was made
+    visible before (a retry after a commit whose acknowledgement was lost)."""
+    t = plan.target
+    ledger = execute(conn, sql.ledger_rows(t.schema, plan.ledger_table))
+    for row in ledger:
+        if row[0] == sql.FINALIZED:
+            conn.commit()
+            return row[1], row[2], row[4], True
+    done = {row[0] for row in ledger}
+    missing = sorted(p.index for p in plan.partitions if p.index not in done)
+    if missing:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified}: partitions {missing} are not in the ledger "
+            "(their COPY tasks did not commit); run them before finalize"
+        )
+    rows = sum(row[1] for row in ledger)
+    nbytes = sum(row[2] for row in ledger)
+    rejected = sum(row[4] for row in ledger)
+    if rejected > plan.errors.max_rejects:
+        raise BadDataError(
+            f"{rejected} rows of the source were rejected, more than max_rejects="
+            f"{plan.errors.max_rejects}; nothing of this load reached {t.qualified}. "
+            f"See {'.'.join(plan.reject_table or ())} for load {plan.load_id}"
+        )
+    if not plan.staging_logged and rows:
+        size = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
+        if not size:
+            raise IncompleteLoadError(
+                f"load {plan.load_id}: the unlogged staging table {plan.staging_table} is empty "
+                f"although the ledger records {rows} rows: a server crash emptied it. "
+                "Nothing reached the target; run the load again"
+            )
+    conn.commit()
+    return rows, nbytes, rejected, False
+
+
+def _staging_lost(plan: LoadPlan, staged: int, rows: int) -> IncompleteLoadError:
+    return IncompleteLoadError(
+        f"load {plan.load_id}: the unlogged staging table {plan.staging_table} holds {staged} "
+        f"rows but the ledger records {rows}: a server crash emptied it after some partitions "
+        f"had committed. Nothing reached {plan.target.qualified}; run the whole load again "
+        "(clear its prepare task)"
+    )
+
+
+def _finalize_append(
+    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+) -> None:
+    t = plan.target
+    with clock.phase("insert"):
+        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+        execute(conn, sql.advisory_xact_lock(t.oid))
+        inserted = execute_count(
+            conn,
+            sql.insert_from_staging(
+                t.schema,
+                t.table,
+                plan.staging_table,
+                plan.columns,
+                override_identity=any(
+                    c.identity == Identity.ALWAYS and c.name in plan.columns for c in t.columns
+                ),
+            ),
+        )
+        if inserted != rows:
+            conn.rollback()
+            raise _staging_lost(plan, inserted, rows)
+        execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
+        conn.commit()
+    if plan.settings.analyze:
+        with clock.phase("analyze"):
+            execute(conn, sql.analyze(t.schema, t.table))
+            conn.commit()
+
+
+def _finalize_replace(
+    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+) -> None:
+    """Build on staging what the target has; steps already done by an earlier attempt of this
+    finalize are skipped, so a retry goes on where the last one stopped."""
+    t = plan.target
+    stage = plan.staging_table
+    built = _staging_state(conn, plan)
+    execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
+    if ("persistence", Persistence.UNLOGGED) in built:
+        if t.persistence == Persistence.PERMANENT:
+            with clock.phase("set_logged"):
+                execute(conn, sql.set_logged(t.schema, stage))
+                conn.commit()
+        # Logged now (or never: an unlogged target): check no crash emptied staging before.
+        staged = scalar(conn, sql.count_rows(t.schema, stage))
+        conn.commit()
+        if staged != rows:
+            raise _staging_lost(plan, staged, rows)
+    index_names, constraint_names = naming.temp_names(plan)
+    with clock.phase("indexes"):
+        for index in t.indexes:
+            name = index_names[index.name]
+            done_as_key = (
+                index.constraint and ("constraint", constraint_names[index.constraint]) in built
+            )
+            if built.get(("index", name)) or done_as_key:
+                continue
+            if ("index", name) in built:  # an invalid leftover of an interrupted build
+                execute(conn, sql.drop_index(t.schema, name))
+            execute(
+                conn, sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
+            )
+            conn.commit()
+    with clock.phase("constraints"):
+        for con in t.constraints:
+            _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built)
+    if plan.settings.analyze:
+        with clock.phase("analyze"):
+            execute(conn, sql.analyze(t.schema, stage))
+            conn.commit()
+    with clock.phase("swap"):
+        _swap(conn, plan, index_names, constraint_names)
+        execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
+        conn.commit()
+
+
+def _staging_state(conn: Any, plan: LoadPlan) -> dict[tuple[str, str], bool | None]:
+    rows = execute(conn, sql.staging_state(plan.target.schema, plan.staging_table))
+    conn.commit()
+    return {(kind, name): flag for kind, name, flag in rows}
+
+
+def _add_constraint(
+    conn: Any,
+    plan: LoadPlan,
+    con: ConstraintDef,
+    name: str,
+    index_names: dict[str, str],
+    built: dict[tuple[str, str], bool | None],
+) -> None:
+    t = plan.target
+    stage = plan.staging_table
+    exists = ("constraint", name) in built
+    if con.kind in (ConstraintKind.PRIMARY_KEY, ConstraintKind.UNIQUE):
+        if not exists:
+            execute(
+                conn,
+                sql.add_key_using_index(
+                    t.schema,
+                    stage,
+                    name,
+                    kind=con.kind,
+                    index=index_names[con.index or ""],
+                    deferrable=con.deferrable,
+                    deferred=con.deferred,
+                ),
+            )
+    elif con.kind in (ConstraintKind.CHECK, ConstraintKind.FOREIGN_KEY):
+        if not exists:
+            execute(conn, sql.add_constraint(t.schema, stage, name, con.definition, not_valid=True))
+            conn.commit()
+        if con.validated and not built.get(("constraint", name)):
+            execute(conn, sql.validate_constraint(t.schema, stage, name))
+    elif not exists:
+        execute(conn, sql.add_constraint(t.schema, stage, name, con.definition))
+    conn.commit()
+
+
+def _swap(
+    conn: Any, plan: LoadPlan, index_names: dict[str, str], constraint_names: dict[str, str]
+) -> None:
+    """One transaction: the staging table takes the target's place, with everything of it."""
+    t = plan.target
+    schema, table = t.schema, t.table
+    retired = naming.retired_table(plan.load_id)
+    execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+    execute(conn, sql.advisory_xact_lock(t.oid))
+    execute(conn, sql.lock_exclusive(schema, table))
+    now = catalog.capture(conn, schema, table)  # pins search_path for the rest of the swap
+    if now.fingerprint() != t.fingerprint():
+        raise LoadRefusedError(
+            f"the definition of {t.qualified} changed between prepare and finalize "
+            "(columns, indexes, constraints, triggers, grants, owner or comments); "
+            "nothing was swapped. Run the load again"
+        )
+    views = execute(conn, sql.dependent_views(now.oid))
+    identity_positions = {}
+    for seq in t.sequences:
+        if seq.kind == "identity":
+            identity_positions[seq.column] = (
+                seq.name,
+                *execute(conn, sql.sequence_state(seq.schema, seq.name))[0],
+            )
+    for key in t.referencing_keys:
+        execute(conn, sql.drop_constraint(key.schema, key.table, key.name))
+    execute(conn, sql.rename_table(schema, table, retired))
+    execute(conn, sql.rename_table(schema, plan.staging_table, table))
+    if t.owner != scalar(conn, sql.current_user()):
+        # first: a serial sequence (the target owner's) can only be owned by a table of the
+        # same owner
+        execute(conn, sql.set_owner(schema, table, t.owner))
+    for view_schema, view_name, _kind, body, options in views:
+        execute(conn, sql.create_or_replace_view(view_schema, view_name, options, body))
+    for seq in t.sequences:
+        if seq.kind == "serial":
+            execute(conn, sql.sequence_owned_by(seq.schema, seq.name, table, seq.column))
+    execute(conn, sql.drop_table(schema, retired))
+    for original, temp in constraint_names.items():
+        execute(conn, sql.rename_constraint(schema, table, temp, original))
+    for index in t.indexes:
+        if index.constraint is None:
+            execute(conn, sql.rename_index(schema, index_names[index.name], index.name))
+    for column, (name, last_value, is_called, _increment) in identity_positions.items():
+        new_schema, new_name = execute(conn, sql.identity_sequence(schema, table, column))[0]
+        staged_last, staged_called, increment = execute(
+            conn, sql.sequence_state(new_schema, new_name)
+        )[0]
+        execute(conn, sql.rename_sequence(new_schema, new_name, name))
+        # Rows loaded without the key took values from staging's own sequence: never go back
+        # behind them (an INSERT would collide); otherwise keep the old table's position.
+        if not (staged_called and (not is_called or (staged_last - last_value) * increment > 0)):
+            execute(conn, sql.set_sequence(new_schema, name, last_value, is_called))
+    _restore_properties(conn, t)
+    for key in t.referencing_keys:
+        execute(
+            conn,
+            sql.add_constraint(
+                key.schema, key.table, key.name, key.definition, not_valid=not key.validated
+            ),
+        )
+    # (the caller notes the load as finalized in the same transaction, then commits)
+
+
+def _restore_properties(conn: Any, t: TargetDefinition) -> None:
+    schema, table = t.schema, t.table
+    for trigger in t.triggers:
+        execute(conn, sql.execute_definition(trigger.definition))
+        if trigger.enabled != TriggerState.ORIGIN:
+            execute(conn, sql.set_trigger_state(schema, table, trigger.name, trigger.enabled))
+    execute(conn, sql.reset_autovacuum(schema, table))
+    if t.reloptions:
+        execute(conn, sql.set_reloptions(schema, table, t.reloptions))
+    for g in t.grants:
+        execute(
+            conn,
+            sql.grant(
+                schema, table, g.privilege, g.grantee, grantable=g.grantable, column=g.column
+            ),
+        )
+    if t.comment is not None:
+        execute(conn, sql.comment_on("TABLE", sql.qualified(schema, table), t.comment))
+    for column, text in t.column_comments.items():
+        execute(conn, sql.comment_on("COLUMN", sql.qualified(schema, table, column), text))
+    for index in t.indexes:
+        if index.comment is not None:
+            execute(conn, sql.comment_on("INDEX", sql.qualified(schema, index.name), index.comment))
+    for con in t.constraints:
+        if con.comment is not None:
+            execute(conn, sql.comment_on_constraint(schema, table, con.name, con.comment))

@@ -1,0 +1,67 @@
+"""airflow_pg_bulk.sql: statements rendered without a connection (``as_string(None)``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.codes import ConstraintKind, TriggerState
+from airflow_pg_bulk.plan import CopyOptions
+
+
+def text(statement: sql.Composable) -> str:
+    return statement.as_string(None)
+
+
+def test_identifiers_and_values_are_quoted() -> None:
+    assert text(sql.drop_table('we"ird', "x.y", if_exists=True)) == (
+        'DROP TABLE IF EXISTS "we""ird"."x.y"'
+    )
+    assert text(sql.set_config("lock_timeout", "1s'; --", local=True)) == (
+        "SELECT set_config('lock_timeout', '1s''; --', true)"
+    )
+
+
+def test_copy_from_stdin_options() -> None:
+    opts = CopyOptions(format="csv", null="", encoding="LATIN1")
+    assert text(sql.copy_from_stdin("s", "stage", ["a", "B"], opts)) == (
+        'COPY "s"."stage" ("a", "B") FROM STDIN WITH (FORMAT csv, DELIMITER \',\', '
+        "ENCODING 'LATIN1', NULL '', QUOTE '\"', ESCAPE '\"')"
+    )
+    skipping = text(
+        sql.copy_from_stdin("s", "t", ["a"], CopyOptions(format="text"), skip_bad_values=True,
+                            reject_limit=3)
+    )  # fmt: skip
+    assert skipping.endswith("ON_ERROR ignore, LOG_VERBOSITY verbose, REJECT_LIMIT 3)")
+    assert "QUOTE" not in skipping
+
+
+@pytest.mark.parametrize(
+    ("kind", "keyword"), [(ConstraintKind.PRIMARY_KEY, "PRIMARY KEY"), ("u", "UNIQUE")]
+)
+def test_keys_are_added_from_their_index(kind: str, keyword: str) -> None:
+    statement = sql.add_key_using_index(
+        "s", "stage", "k", kind=kind, index="i", deferrable=True, deferred=False
+    )
+    assert text(statement) == (
+        f'ALTER TABLE "s"."stage" ADD CONSTRAINT "k" {keyword} USING INDEX "i" DEFERRABLE'
+    )
+
+
+@pytest.mark.parametrize(
+    ("state", "words"),
+    [(TriggerState.DISABLED, "DISABLE"), ("R", "ENABLE REPLICA"), ("A", "ENABLE ALWAYS")],
+)
+def test_trigger_states(state: str, words: str) -> None:
+    assert text(sql.set_trigger_state("s", "t", "g", state)) == (
+        f'ALTER TABLE "s"."t" {words} TRIGGER "g"'
+    )
+
+
+def test_an_index_keeps_the_servers_text_after_using() -> None:
+    statement = sql.create_index("s", "stage", "i0", unique=True, tail="btree (lower(name))")
+    assert text(statement) == 'CREATE UNIQUE INDEX "i0" ON "s"."stage" USING btree (lower(name))'
+
+
+def test_the_ledger_statements_take_literals() -> None:
+    assert "VALUES (3" in text(sql.claim_partition("s", "l", 3)).replace("\n", " ")
