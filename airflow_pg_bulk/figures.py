@@ -9,7 +9,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pg_bulk.plan import PlainData
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk.plan import LoadPlan, PlainData
 
 
 @dataclass
@@ -40,9 +42,25 @@ class PartitionResult(PlainData):
     rejects: int = 0
 
 
+#: Phases between the steps of a load, named in the figures; in a DAG they are the scheduler's
+#: and the task runner's time (queueing, task start-up), in one process connecting and threads.
+WAIT_PHASES = {
+    "wait_copy": "prepare's end to the first COPY's start",
+    "wait_finalize": "the last COPY's end to finalize's first step",
+}
+
+
 @dataclass(frozen=True)
 class LoadSummary(PlainData):
     """A whole load's figures.
+
+    ``seconds`` lists the phases in the order they ran: ``prepare``, ``wait_copy``, ``copy``
+    (the first COPY's start to the last COPY's end, from the ledger), ``wait_finalize``, then
+    finalize's own (``check``, ``indexes``, ``constraints``, ``analyze``, ``swap`` or
+    ``insert``; the in-process runner adds ``cleanup``). ``started_at``/``ended_at``: epoch
+    seconds of prepare's start and of the load's end; they add up: ``wall_seconds`` is
+    ``ended_at - started_at``, and rows/s and MB/s are over that span. Figures of finalize
+    alone (``started_at`` 0) say so.
 
     ``records`` is what the COPY tasks read from the source and sent; every one of them was
     accounted for (``rows`` loaded + ``rejects`` set aside), or the load failed."""
@@ -55,38 +73,126 @@ class LoadSummary(PlainData):
     seconds: dict[str, float]
     rejects: int = 0
     records: int = 0
+    started_at: float = 0.0
+    ended_at: float = 0.0
+
+    @property
+    def whole(self) -> bool:
+        """Whether the figures span the whole load (prepare's start known), not finalize alone."""
+        return bool(self.started_at and self.ended_at)
+
+    @property
+    def wall_seconds(self) -> float:
+        """Wall seconds from prepare's start to the end (the sum of the phases without them)."""
+        if self.whole:
+            return self.ended_at - self.started_at
+        return sum(self.seconds.values())
 
     @property
     def total_seconds(self) -> float:
-        """Wall seconds of all phases."""
-        return sum(self.seconds.values())
+        """Wall seconds of the load (:attr:`wall_seconds`)."""
+        return self.wall_seconds
 
     @property
     def rows_per_second(self) -> float:
         """Rows loaded per wall second, end to end."""
-        return self.rows / self.total_seconds if self.total_seconds else 0.0
+        return self.rows / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
     @property
     def megabytes_per_second(self) -> float:
         """Source megabytes (10^6 bytes) loaded per wall second, end to end."""
-        return self.bytes / 1e6 / self.total_seconds if self.total_seconds else 0.0
+        return self.bytes / 1e6 / self.wall_seconds if self.wall_seconds > 0 else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields, plus ``wall_seconds``, ``rows_per_second`` and ``megabytes_per_second``
+        (derived: :meth:`from_dict` ignores them)."""
+        return {
+            **super().to_dict(),
+            "wall_seconds": self.wall_seconds,
+            "rows_per_second": self.rows_per_second,
+            "megabytes_per_second": self.megabytes_per_second,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoadSummary:  # type: ignore[override]
+        """Rebuild from :meth:`to_dict` output (the derived figures are recomputed)."""
+        derived = ("wall_seconds", "rows_per_second", "megabytes_per_second")
+        return super().from_dict({k: v for k, v in data.items() if k not in derived})
 
     def describe(self) -> str:
         """A short human-readable report."""
         mb = self.bytes / 1e6
+        span = "" if self.whole else " (finalize alone: prepare and COPY not included)"
         lines = [
             f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} partitions) into "
-            f"{self.table} ({self.mode}) in {self.total_seconds:.2f} s: "
+            f"{self.table} ({self.mode}) in {self.wall_seconds:.2f} s{span}: "
             f"{self.rows_per_second:,.0f} rows/s, {self.megabytes_per_second:,.1f} MB/s",
         ]
         lines.append(
             f"  {self.records:,} records read from the source: {self.rows:,} loaded, "
             f"{self.rejects:,} rejected" + (" (see the reject table)" if self.rejects else "")
         )
-        lines += [f"  {name:<12} {secs:8.2f} s" for name, secs in self.seconds.items()]
+        for name, secs in self.seconds.items():
+            note = f"  ({WAIT_PHASES[name]})" if name in WAIT_PHASES else ""
+            lines.append(f"  {name:<14} {secs:8.2f} s{note}")
         return "\n".join(lines)
 
-    def with_seconds(self, more: dict[str, float]) -> LoadSummary:
-        """A copy with phases added in front (prepare, copy) of the finalize phases."""
-        merged: dict[str, Any] = {**more, **self.seconds}
-        return dataclasses.replace(self, seconds=merged)
+
+def copy_span(conn: Any, plan: LoadPlan) -> tuple[float, float] | None:
+    """The first COPY's start and the last COPY's end, from the ledger, on this process's
+    clock (``time.time()``): the server's clock is read with them and the offset taken off.
+    ``None`` when no partition is in the ledger."""
+    before = time.time()
+    rows = execute(conn, sql.copy_span(plan.target.schema, plan.ledger_table))
+    after = time.time()
+    conn.commit()
+    first, last, server_now = rows[0]
+    if first is None or last is None:
+        return None
+    offset = float(server_now) - (before + after) / 2
+    return float(first) - offset, float(last) - offset
+
+
+def whole_load(
+    finalized: LoadSummary,
+    plan: LoadPlan,
+    copies: tuple[float, float] | None,
+    ended_at: float,
+) -> LoadSummary:
+    """The load's figures from prepare's start to ``ended_at`` (epoch seconds, after the swap
+    or insert), from finalize's figures, the plan's prepare times and the COPY span.
+
+    The phases add up to the wall time: ``wait_copy`` and ``wait_finalize`` are what lies
+    between the steps (a negative gap, from clocks of different hosts, counts as 0). Without
+    prepare's times in the plan (a plan made by hand) the figures stay finalize's alone."""
+    if not plan.started_at or not plan.prepared_at or copies is None:
+        return finalized
+    first, last = copies
+    finalize_work = sum(finalized.seconds.values())
+    seconds = {
+        "prepare": plan.prepared_at - plan.started_at,
+        "wait_copy": max(0.0, first - plan.prepared_at),
+        "copy": max(0.0, last - first),
+        "wait_finalize": max(0.0, ended_at - finalize_work - last),
+        **finalized.seconds,
+    }
+    return dataclasses.replace(
+        finalized, seconds=seconds, started_at=plan.started_at, ended_at=ended_at
+    )
+
+
+def with_phase(summary: LoadSummary, name: str, started_at: float, ended_at: float) -> LoadSummary:
+    """The figures with one more phase at the end (the runner's cleanup): whole-load figures
+    then end at ``ended_at``, the phase taking all the time since they ended."""
+    if not summary.whole:
+        return dataclasses.replace(
+            summary, seconds={**summary.seconds, name: ended_at - started_at}
+        )
+    return dataclasses.replace(
+        summary, seconds={**summary.seconds, name: ended_at - summary.ended_at}, ended_at=ended_at
+    )
+
+
+def stamp_prepare(plan: LoadPlan, started_at: float, prepared_at: float) -> LoadPlan:
+    """The plan carrying prepare's start and end (epoch seconds) to finalize's figures."""
+    return dataclasses.replace(plan, started_at=started_at, prepared_at=prepared_at)

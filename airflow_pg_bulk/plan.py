@@ -337,6 +337,10 @@ class LoadPlan(PlainData):
     source_bytes: int = 0
     errors: ErrorPolicy = ErrorPolicy()
     reject_table: tuple[str, ...] | None = None  # (schema, table) when rejecting
+    # when prepare started and ended (epoch seconds, prepare's clock): the load's figures
+    # span from prepare's start to the swap or insert (0: not known)
+    started_at: float = 0.0
+    prepared_at: float = 0.0
 
     def partition(self, index: int) -> Partition:
         """The partition with that index."""

@@ -11,11 +11,11 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_pg_bulk import naming, steps
+from airflow_pg_bulk import figures, naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.driver import connect
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.figures import LoadSummary, PhaseClock
+from airflow_pg_bulk.figures import LoadSummary
 from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
 
 log = logging.getLogger(__name__)
@@ -189,31 +189,33 @@ def load(
     given = load_options.changed(locals(), exclude=("columns",))
     request = request_from_options(table, source, columns, **given, **objects)
     load_id = load_id or naming.new_load_id()
-    clock = PhaseClock()
+    started_at = time.time()
     main = factory()
     plan: LoadPlan | None = None
+    summary: LoadSummary | None = None
     try:
-        with clock.phase("prepare"):
-            plan = steps.prepare(main, request, load_id)
+        plan = steps.prepare(main, request, load_id)
+        plan = figures.stamp_prepare(plan, started_at, time.time())
         workers = jobs or min(len(plan.partitions), 4)
-        with clock.phase("copy"):
-            run_plan(factory, plan, workers)
+        run_plan(factory, plan, workers)
+        copies = figures.copy_span(main, plan)
         summary = steps.finalize(main, plan)
+        summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)
-        with clock.phase("cleanup"):
-            try:
-                steps.cleanup(main, schema, load_id)
-            except Exception:
-                log.exception(
-                    "cleanup of load %s failed; drop its _pgbulk_%s_* tables by hand",
-                    load_id,
-                    load_id,
-                )
+        cleanup_started = time.time()
+        try:
+            steps.cleanup(main, schema, load_id)
+        except Exception:
+            log.exception(
+                "cleanup of load %s failed; drop its _pgbulk_%s_* tables by hand",
+                load_id,
+                load_id,
+            )
         main.close()
-    return summary.with_seconds(
-        {"prepare": clock.seconds["prepare"], "copy": clock.seconds["copy"]}
-    )
+    ended_at = time.time()
+    assert summary is not None  # finalize returned, or its error is on its way up
+    return figures.with_phase(summary, "cleanup", cleanup_started, ended_at)
 
 
 def _schema_of(table: str) -> str:

@@ -3,15 +3,16 @@ data through XCom, and turn terminal errors into ``AirflowFailException`` (no re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from functools import cached_property
 from typing import Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_pg_bulk import naming, options
+from airflow_pg_bulk import figures, naming, options
 from airflow_pg_bulk.catalog import split_name
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -153,10 +154,12 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         return request_from_options(self.table, self.source, self.columns, **self.load_options)
 
     def execute(self, context: Context) -> list[int]:
+        started_at = time.time()
         request = self.build_request()
         load_id = load_id_from_context(context, self.task_id)
         with _terminal_errors_fail():
             plan = self.hook.prepare(request, load_id)
+        plan = figures.stamp_prepare(plan, started_at, time.time())
         context["ti"].xcom_push(key="plan", value=plan.to_dict())
         self.log.info(
             "Load %s: %d partitions of %s, %.1f MB in all",
@@ -224,10 +227,17 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         plan = LoadPlan.from_dict(self.plan)
+        copies = None
+        try:  # the COPY tasks' span, for the whole load's figures (prepare's start is in the plan)
+            with closing(self.hook.get_conn()) as conn:
+                copies = figures.copy_span(conn, plan)
+        except Exception:  # finalize says what is wrong with the ledger
+            self.log.warning("could not read the COPY times from the ledger", exc_info=True)
         with _terminal_errors_fail():
             summary = self.hook.finalize(plan)
+        summary = figures.whole_load(summary, plan, copies, time.time())
         self.log.info("%s", summary.describe())
-        return {**summary.to_dict(), "rows_per_second": summary.rows_per_second}
+        return summary.to_dict()
 
 
 class PgBulkCleanupOperator(_PgBulkOperator):

