@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
+from airflow_pg_bulk.codes import ConstraintKind, TriggerState
 from airflow_pg_bulk.plan import CopyOptions
 
 __all__ = ["Composable"]
@@ -23,7 +24,11 @@ __all__ = ["Composable"]
 PRIVILEGES = frozenset(
     {"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE", "REFERENCES", "TRIGGER", "MAINTAIN"}
 )
-_TRIGGER_STATES = {"D": "DISABLE", "R": "ENABLE REPLICA", "A": "ENABLE ALWAYS"}
+_TRIGGER_STATES = {
+    TriggerState.DISABLED: "DISABLE",
+    TriggerState.REPLICA: "ENABLE REPLICA",
+    TriggerState.ALWAYS: "ENABLE ALWAYS",
+}
 
 
 def _table(schema: str, name: str) -> Identifier:
@@ -491,7 +496,7 @@ def add_key_using_index(
     schema: str, table: str, name: str, *, kind: str, index: str, deferrable: bool, deferred: bool
 ) -> Composed:
     """Turn a built unique index into the PRIMARY KEY or UNIQUE constraint (no re-scan)."""
-    keyword = {"p": "PRIMARY KEY", "u": "UNIQUE"}[kind]
+    keyword = {ConstraintKind.PRIMARY_KEY: "PRIMARY KEY", ConstraintKind.UNIQUE: "UNIQUE"}[kind]
     timing = ""
     if deferrable:
         timing = " DEFERRABLE INITIALLY DEFERRED" if deferred else " DEFERRABLE"
