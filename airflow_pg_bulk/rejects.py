@@ -7,9 +7,29 @@ Two ways, both inside the partition's transaction and under a savepoint:
   (line and column). Each skipped record is read back from the file and run alone through a
   plain COPY under a savepoint (then rolled back) to get the server's exact error text.
 - Any version, and any row error ``ON_ERROR`` does not cover (too many or too few fields, a bad
-  encoding, NULL into NOT NULL): COPY stops at the first bad row and names it (``line N``).
-  Roll back to the savepoint, copy the rows before it again, record it, go on after it. Each
-  bad row costs one re-send of the rows since the previous one: below twice the piece's bytes.
+  encoding, NULL into NOT NULL), or a piece past the limit: COPY stops at the first bad row and
+  names it (``line N``). Roll back to the savepoint, copy the rows before it again, record it,
+  go on after it. Each bad row costs one re-send of the rows since the previous one: below
+  twice the piece's bytes.
+
+A stream source (standard input, a named pipe) cannot be read twice: its piece is spooled,
+decompressed, to a temporary file first, and both ways read that (see
+:mod:`~airflow_pg_bulk.sources`).
+
+Which reject rows are kept (one policy, for every way a load can fail): **rejected rows are
+kept, whether the load succeeds or fails, and each is recorded once.**
+
+- A partition's reject rows commit in the same transaction as its good rows (so a retried COPY
+  task never records them twice).
+- A partition that rejects more than ``max_rejects`` rows fails; its transaction rolls back
+  (staging rows, ledger entry) and the rows it rejected - up to the one past the limit - are
+  then recorded in a short transaction of their own, so the error can point at them.
+- A load that fails later (more than ``max_rejects`` across partitions, found by finalize; a
+  constraint of the target; another partition's error) keeps the reject rows of the partitions
+  that committed.
+
+Every reject-limit error says where they are (``See S.T for load X``, :func:`kept_rejects`).
+A run that is cleared and run again with the same load id records its rejects again.
 """
 
 from __future__ import annotations
@@ -18,14 +38,15 @@ import dataclasses
 import gzip
 import logging
 import os
+import pickle
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
-from airflow_pg_bulk import accounting, naming, records, sources, splitting, sql
+from airflow_pg_bulk import accounting, naming, records, sources, splitting, sql, translate
 from airflow_pg_bulk.driver import (
     collect_notices,
     copy_in,
@@ -34,12 +55,13 @@ from airflow_pg_bulk.driver import (
     server_error,
     server_version,
 )
-from airflow_pg_bulk.errors import BadDataError, is_data_sqlstate, parse_copy_context
+from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
 log = logging.getLogger(__name__)
 
 SAVEPOINT = "pgbulk_piece"
+_SPOOL_MEMORY = 8 << 20  # bytes of a failing partition's reject rows held in memory at most
 
 Wrap = Callable[[Iterable[bytes]], Iterable[bytes]]
 
@@ -51,6 +73,48 @@ class PieceOutcome:
     rows: int = 0
     bytes: int = 0
     rejects: int = 0
+
+
+class _Found:
+    """The reject rows one attempt of a partition has recorded, kept aside (spooled to disk past
+    a few MiB) to record again after the partition's transaction rolls back."""
+
+    def __init__(self) -> None:
+        self._file = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115
+        self.count = 0
+
+    def add(self, row: dict[str, Any]) -> None:
+        pickle.dump(row, self._file)
+        self.count += 1
+
+    def rows(self) -> Iterator[dict[str, Any]]:
+        self._file.seek(0)
+        for _ in range(self.count):
+            yield pickle.load(self._file)
+
+    def close(self) -> None:
+        self._file.close()
+
+
+_ATTEMPTS: dict[tuple[str, int], _Found] = {}  # (load id, partition) -> its rejects so far
+
+
+@dataclasses.dataclass
+class _Job:
+    """One piece being copied with rejects: what every step of it needs."""
+
+    conn: Any
+    plan: LoadPlan
+    piece: Piece  # as planned: its path names the source in reject rows and messages
+    statement: sql.Composable
+    rejected_before: int
+    wrap: Wrap
+    rule: records.MarkerRule
+    found: _Found
+
+    @property
+    def over_limit(self) -> bool:
+        return self.found.count > self.plan.errors.max_rejects
 
 
 def copy_rejecting(
@@ -66,49 +130,81 @@ def copy_rejecting(
 
     ``rejected_before``: rows this partition rejected in earlier pieces (the limit counts them).
     ``wrap`` wraps each byte stream (progress counting); ``rule``: the server's end-of-data
-    marker rule. Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.accounting`)."""
+    marker rule. Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.accounting`).
+    Past the limit, the partition's transaction is rolled back and its reject rows recorded on
+    their own (the module's policy); the error raised says so."""
     assert plan.reject_table is not None
+    key, last = _attempt(plan, piece)
+    found = _ATTEMPTS.setdefault(key, _Found())
+    job = _Job(conn, plan, piece, statement, rejected_before, wrap, rule, found)
+    try:
+        with ExitStack() as stack:
+            source = _plain_copy(stack, piece, plan) if sources.is_stream(piece.path) else piece
+            outcome = _copy_skipping(job, source, stack)
+            if outcome is None:
+                outcome = _copy_with_savepoints(job, source, stack)
+    except BaseException:
+        _forget(key)
+        raise
+    if last:
+        _forget(key)
+    return outcome
+
+
+def _attempt(plan: LoadPlan, piece: Piece) -> tuple[tuple[str, int], bool]:
+    """The key of the piece's partition, and whether the piece is its last; the first piece
+    of a partition starts a new attempt (a retry forgets what the last one found)."""
+    for part in plan.partitions:
+        if piece in part.pieces:
+            key = (plan.load_id, part.index)
+            if piece == part.pieces[0]:
+                _forget(key)
+            return key, piece == part.pieces[-1]
+    raise KeyError(f"load {plan.load_id} has no piece {piece}")
+
+
+def _forget(key: tuple[str, int]) -> None:
+    found = _ATTEMPTS.pop(key, None)
+    if found is not None:
+        found.close()
+
+
+def _copy_with_savepoints(job: _Job, piece: Piece, stack: ExitStack) -> PieceOutcome:
+    """The savepoint way: any server version, any row error."""
+    conn, plan, statement = job.conn, job.plan, job.statement
     target = plan.target.qualified
-    with ExitStack() as stack:
-        skipped = _copy_skipping(conn, plan, piece, statement, rejected_before, wrap, rule, stack)
-        if skipped is not None:
-            return skipped
     outcome = PieceOutcome()
-    with ExitStack() as stack:
-        source = piece
-        pos = piece.start
-        while True:
-            end = source.end if source.end is not None else os.path.getsize(source.path)
-            if pos >= end and source.compression is None:
-                break
-            execute(conn, sql.savepoint(SAVEPOINT))
-            part = dataclasses.replace(
-                source, start=pos, end=end if source.compression is None else None
-            )
-            counter, chunks = accounting.counted_chunks(part, plan.copy, rule, target)
-            try:
-                loaded = copy_in(conn, statement, wrap(chunks))
-                accounting.check_rows(counter, part, plan.copy, target, loaded)
-                outcome.rows += loaded
-                execute(conn, sql.release(SAVEPOINT))
-                break
-            except Exception as exc:
-                record = _bad_record(exc)
-                if record is None:
-                    raise
-                execute(conn, sql.rollback_to(SAVEPOINT))
-                if source.compression:
-                    source = _decompressed(stack, source, plan)
-                    pos = source.start
-                    continue  # the same error again, now with offsets into a plain file
-                error = server_error(exc)
-                pos = _set_aside(
-                    conn, plan, piece, source, pos, end, record, error.message, statement, outcome,
-                    rule,
-                )  # fmt: skip
-                execute(conn, sql.release(SAVEPOINT))
-            if rejected_before + outcome.rejects > plan.errors.max_rejects:
-                raise _too_many(plan, piece)
+    source = piece
+    pos = piece.start
+    while True:
+        end = source.end if source.end is not None else os.path.getsize(source.path)
+        if pos >= end and source.compression is None:
+            break
+        execute(conn, sql.savepoint(SAVEPOINT))
+        part = dataclasses.replace(
+            source, start=pos, end=end if source.compression is None else None
+        )
+        counter, chunks = accounting.counted_chunks(part, plan.copy, job.rule, target)
+        try:
+            loaded = copy_in(conn, statement, job.wrap(chunks))
+            accounting.check_rows(counter, part, plan.copy, target, loaded)
+            outcome.rows += loaded
+            execute(conn, sql.release(SAVEPOINT))
+            break
+        except Exception as exc:
+            record = translate.bad_record(exc)
+            if record is None:
+                raise
+            execute(conn, sql.rollback_to(SAVEPOINT))
+            if source.compression:
+                source = _plain_copy(stack, source, plan)
+                pos = source.start
+                continue  # the same error again, now with offsets into a plain file
+            error = server_error(exc)
+            pos = _set_aside(job, source, pos, end, record, error.message, outcome)
+            execute(conn, sql.release(SAVEPOINT))
+        if job.over_limit:
+            raise _too_many(job)
     outcome.bytes = _size(piece)
     return outcome
 
@@ -116,20 +212,13 @@ def copy_rejecting(
 _SKIPPED = re.compile(r"at line (\d+) for column \"?(.*?)\"?: (?:\"(.*)\"|null input)\s*\Z", re.S)
 
 
-def _copy_skipping(
-    conn: Any,
-    plan: LoadPlan,
-    piece: Piece,
-    statement: sql.Composable,
-    rejected_before: int,
-    wrap: Wrap,
-    rule: records.MarkerRule,
-    stack: ExitStack,
-) -> PieceOutcome | None:
-    """The one-pass way (PostgreSQL 17+); None when it cannot be used or the piece has a row
-    error that ``ON_ERROR ignore`` does not skip (then nothing of it was kept)."""
+def _copy_skipping(job: _Job, piece: Piece, stack: ExitStack) -> PieceOutcome | None:
+    """The one-pass way (PostgreSQL 17+); None when it cannot be used, when the piece has a row
+    error that ``ON_ERROR ignore`` does not skip, or more bad rows than the limit allows (then
+    nothing of it was kept, and the savepoint way finds and records them one by one)."""
+    conn, plan = job.conn, job.plan
     version = server_version(conn)
-    allowance = plan.errors.max_rejects - rejected_before
+    allowance = plan.errors.max_rejects - job.rejected_before
     if version < 170000 or allowance < 1:
         return None
     t = plan.target
@@ -142,39 +231,39 @@ def _copy_skipping(
         reject_limit=allowance if version >= 180000 else None,
     )
     execute(conn, sql.savepoint(SAVEPOINT))
-    counter, chunks = accounting.counted_chunks(piece, plan.copy, rule, t.qualified)
+    counter, chunks = accounting.counted_chunks(piece, plan.copy, job.rule, t.qualified)
     with collect_notices(conn) as notices:
         try:
-            rows = copy_in(conn, skipping, wrap(chunks))
+            rows = copy_in(conn, skipping, job.wrap(chunks))
         except Exception as exc:
-            if not is_database_error(exc) or not is_data_sqlstate(server_error(exc).sqlstate):
+            if not translate.is_row_error(exc):
                 raise
             execute(conn, sql.rollback_to(SAVEPOINT))
             execute(conn, sql.release(SAVEPOINT))
-            if "REJECT_LIMIT" in server_error(exc).message:
-                raise _too_many(plan, piece) from None
             return None
         execute(conn, sql.release(SAVEPOINT))  # (psycopg2 hands over notices only now)
     lines = [int(m.group(1)) for m in map(_SKIPPED.search, notices) if m]
     accounting.check_rows(counter, piece, plan.copy, t.qualified, rows, skipped=len(lines))
     outcome = PieceOutcome(rows=rows, bytes=_size(piece), rejects=len(lines))
     if lines:
-        source = _decompressed(stack, piece, plan) if piece.compression else piece
-        end = source.end if source.end is not None else os.path.getsize(source.path)
-        syntax = sources.syntax_of(plan.copy)
-        spans = splitting.record_spans(source.path, source.start, end, lines, syntax)
-        newline = splitting.detect_newline(source.path, syntax)
-        line, at = 1, 0
-        for first, content_end, _next in sorted(spans):
-            line += splitting.count_newlines(source.path, at, first, newline=newline)
-            at = first
-            with open(source.path, "rb") as f:
-                f.seek(first)
-                raw = f.read(content_end - first)
-            _record(conn, plan, piece, line, raw, _exact_error(conn, statement, raw))
-    if rejected_before + outcome.rejects > plan.errors.max_rejects:
-        raise _too_many(plan, piece)
+        _record_skipped(job, piece, lines, stack)
+    if job.over_limit:
+        raise _too_many(job)
     return outcome
+
+
+def _record_skipped(job: _Job, piece: Piece, lines: list[int], stack: ExitStack) -> None:
+    """Record the records ``ON_ERROR ignore`` skipped (COPY line numbers), each with the
+    server's exact error."""
+    source = _plain_copy(stack, piece, job.plan) if piece.compression else piece
+    end = source.end if source.end is not None else os.path.getsize(source.path)
+    syntax = sources.syntax_of(job.plan.copy)
+    located = splitting.record_locations(source.path, source.start, end, lines, syntax)
+    for (first, content_end, _next), line, _last in sorted(located):
+        with open(source.path, "rb") as f:
+            f.seek(first)
+            raw = f.read(content_end - first)
+        _record(job, line, raw, _exact_error(job.conn, job.statement, raw))
 
 
 def _exact_error(conn: Any, statement: sql.Composable, raw: bytes) -> str:
@@ -192,84 +281,79 @@ def _exact_error(conn: Any, statement: sql.Composable, raw: bytes) -> str:
     return "rejected by COPY ON_ERROR ignore"
 
 
-def _too_many(plan: LoadPlan, piece: Piece) -> BadDataError:
+def _too_many(job: _Job) -> BadDataError:
+    """Roll the partition back, record the rows it rejected on their own (the module's policy),
+    and return the error to raise."""
+    plan = job.plan
+    schema, table = plan.reject_table or ("", "")
+    job.conn.rollback()  # nothing of the partition stays: not its rows, not its ledger entry
+    for row in job.found.rows():
+        execute(job.conn, sql.insert_reject(schema, table, **row))
+    job.conn.commit()
     return BadDataError(
         f"more than max_rejects={plan.errors.max_rejects} rows of the source were "
-        f"rejected (the last in {piece.path}); nothing of this load reached "
-        f"{plan.target.qualified}. See {'.'.join(plan.reject_table or ())} for "
-        f"load {plan.load_id}",
-        path=piece.path,
+        f"rejected (the last in {job.piece.path}); nothing of this load reached "
+        f"{plan.target.qualified}. {kept_rejects(plan)}",
+        path=job.piece.path,
     )
 
 
-def _record(conn: Any, plan: LoadPlan, piece: Piece, line: int, raw: bytes, error: str) -> None:
+def kept_rejects(plan: LoadPlan) -> str:
+    """Where a failed load's reject rows are: the same words in every reject-limit error."""
+    return f"See {'.'.join(plan.reject_table or ())} for load {plan.load_id}"
+
+
+def _record(job: _Job, line: int, raw: bytes, error: str) -> None:
+    plan = job.plan
     schema, table = plan.reject_table or ("", "")
-    execute(
-        conn,
-        sql.insert_reject(
-            schema,
-            table,
-            load_id=plan.load_id,
-            target=plan.target.qualified,
-            source_file=piece.path,
-            line=line,
-            raw_line=raw.decode(sources.python_encoding(plan.copy.encoding), "replace").replace(
-                "\x00", "\ufffd"
-            ),
-            error=naming.original_names(plan, error),
+    row = {
+        "load_id": plan.load_id,
+        "target": plan.target.qualified,
+        "source_file": job.piece.path,
+        "line": line,
+        "raw_line": raw.decode(sources.python_encoding(plan.copy.encoding), "replace").replace(
+            "\x00", "\ufffd"
         ),
-    )
-    log.info("Rejected %s line %d: %s", piece.path, line, error)
-
-
-def _bad_record(exc: Exception) -> int | None:
-    """The COPY line number of a row-level data error, or None for any other error."""
-    if not is_database_error(exc):
-        return None
-    err = server_error(exc)
-    if not is_data_sqlstate(err.sqlstate):
-        return None
-    record, _column, _value = parse_copy_context(err.context)
-    return record
+        "error": naming.original_names(plan, error),
+    }
+    execute(job.conn, sql.insert_reject(schema, table, **row))
+    job.found.add(row)
+    log.info("Rejected %s line %d: %s", job.piece.path, line, error)
 
 
 def _set_aside(
-    conn: Any,
-    plan: LoadPlan,
-    piece: Piece,
-    source: Piece,
-    pos: int,
-    end: int,
-    record: int,
-    message: str,
-    statement: sql.Composable,
-    outcome: PieceOutcome,
-    rule: records.MarkerRule,
+    job: _Job, source: Piece, pos: int, end: int, record: int, message: str, outcome: PieceOutcome
 ) -> int:
     """Re-copy the good rows before the bad record, record the bad one; return where to go on."""
+    plan = job.plan
     syntax = sources.syntax_of(plan.copy)
     first, content_end, next_start = splitting.record_span(source.path, pos, end, record, syntax)
     if first > pos:
         before = dataclasses.replace(source, start=pos, end=first)
         target = plan.target.qualified
-        counter, chunks = accounting.counted_chunks(before, plan.copy, rule, target)
-        loaded = copy_in(conn, statement, chunks)
+        counter, chunks = accounting.counted_chunks(before, plan.copy, job.rule, target)
+        loaded = copy_in(job.conn, job.statement, chunks)
         accounting.check_rows(counter, before, plan.copy, target, loaded)
         outcome.rows += loaded
     with open(source.path, "rb") as f:
         f.seek(first)
         raw = f.read(content_end - first)
     line, _last = splitting.record_line_numbers(source.path, pos, end, record, syntax)
-    _record(conn, plan, piece, line, raw, message)
+    _record(job, line, raw, message)
     outcome.rejects += 1
     return next_start
 
 
-def _decompressed(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
-    """The gzip piece as a plain temporary file (byte offsets are needed to skip rows)."""
+def _plain_copy(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
+    """A gzip piece or a stream as a plain temporary file, header included (byte offsets are
+    needed to skip rows, and a stream cannot be read twice); deleted when ``stack`` closes."""
     tmp = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".pgbulk"))  # noqa: SIM115
-    with gzip.open(piece.path, "rb") as src:
-        shutil.copyfileobj(src, tmp)
+    if sources.is_stream(piece.path):
+        for chunk in sources.stream_chunks(piece):
+            tmp.write(chunk)
+    else:
+        with gzip.open(piece.path, "rb") as src:
+            shutil.copyfileobj(src, tmp)
     tmp.flush()
     start = 0
     if piece.skip_header:

@@ -3,6 +3,24 @@ a partition's bytes to COPY in bounded memory.
 
 Files are addressed by path, so every worker that mounts the same path can load any partition
 (Celery or Kubernetes workers need a shared or network file system for local-file sources).
+
+Streams: ``"-"`` (standard input, named ``<stdin>`` in messages and in the reject table) and
+anything that exists but is not a regular file (a named pipe such as bash's ``<(zcat x.gz)``,
+``/dev/stdin``) can be read only once, front to back. Such a source is opened by
+:func:`resolve`, held by this process, and is one partition of one piece, read as a stream:
+
+- gzip is detected from its first two bytes and decompressed on the way; a header is the first
+  record of the (decompressed) stream, read ahead by :func:`read_header` and dropped from what
+  COPY gets; row accounting counts the stream as it counts a file;
+- nothing is written to disk with ``on_error="fail"``: a bad row is named by its record number
+  in the stream (``record N of the part starting at line L``) because finding its physical line
+  would need the bytes again; with ``on_error="reject"`` the stream is spooled, decompressed, to
+  a temporary file (``TMPDIR``) while it is loaded, since setting rows aside re-reads byte
+  ranges (:mod:`~airflow_pg_bulk.rejects`); the spool is deleted when the piece is done;
+- only the process that opened the stream can load it, so the in-process runner
+  (:func:`airflow_pg_bulk.load`, ``airflow-pg-bulk load``) reads streams, and an Airflow task
+  refuses them: prepare and each COPY task run in processes of their own, and a task's
+  standard input is its channel to the Airflow supervisor.
 """
 
 from __future__ import annotations
@@ -13,18 +31,25 @@ import io
 import itertools
 import os
 import shutil
+import stat
+import sys
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import IO
 
-from airflow_pg_bulk import splitting
+from airflow_pg_bulk import charsets, splitting
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import CopyOptions, Partition, Piece
 
 READ_CHUNK = 1 << 20
 GZIP_MAGIC = b"\x1f\x8b"
 _GLOB_CHARS = frozenset("*?[")
+STDIN = "-"
+STDIN_NAME = "<stdin>"
+_DELIMITERS = (",", ";", "\t", "|")
 
 
 @dataclass(frozen=True)
@@ -44,18 +69,25 @@ def syntax_of(opts: CopyOptions) -> splitting.RecordSyntax:
 
 
 def resolve(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[SourceFile]:
-    """Expand paths and globs (``**`` allowed) into existing files, in a stable order."""
+    """Expand paths and globs (``**`` allowed) into existing files, in a stable order.
+
+    ``"-"`` is standard input and a path that is not a regular file (a named pipe) is a
+    stream: it is opened here (a pipe's open waits for its writer) and held by this process
+    for :func:`piece_chunks` (see the module's docstring)."""
     items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     if not items:
         raise LoadRefusedError("no source given")
     found: list[str] = []
+    streams: list[str] = []
     for item in items:
         text = os.fspath(item)
         if text.startswith(("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://")):
             raise LoadRefusedError(
                 f"source {text!r}: only local or mounted files are supported in this version"
             )
-        if _GLOB_CHARS & set(text):
+        if text == STDIN or _is_special(text):
+            streams.append(STDIN_NAME if text == STDIN else os.path.abspath(text))
+        elif _GLOB_CHARS & set(text):
             matches = sorted(p for p in glob.glob(text, recursive=True) if os.path.isfile(p))
             if not matches:
                 raise LoadRefusedError(f"source pattern {text!r} matched no files")
@@ -68,8 +100,167 @@ def resolve(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) 
             raise LoadRefusedError(f"source file {text!r} does not exist")
         else:
             found.append(text)
+    if len(set(streams)) < len(streams):
+        raise LoadRefusedError(f"sources {streams}: a stream can be read only once")
     unique = list(dict.fromkeys(os.path.abspath(p) for p in found))
-    return [SourceFile(p, os.path.getsize(p), _compression(p)) for p in unique]
+    files = [SourceFile(p, os.path.getsize(p), _compression(p)) for p in unique]
+    return files + [_open_stream(name) for name in streams]
+
+
+def _is_special(path: str) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory (a pipe)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+def is_stream(path: str) -> bool:
+    """Whether a piece's path names a stream (standard input or a named pipe): read once."""
+    return path == STDIN_NAME or path in _STREAMS or _is_special(path)
+
+
+class _Prefixed(io.RawIOBase):
+    """A raw stream with bytes already read from it put back in front."""
+
+    def __init__(self, prefix: bytes, raw: IO[bytes]) -> None:
+        self._prefix = prefix
+        self._raw = raw
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: bytearray | memoryview) -> int:  # type: ignore[override]
+        if self._prefix:
+            n = min(len(buffer), len(self._prefix))
+            buffer[:n] = self._prefix[:n]
+            self._prefix = self._prefix[n:]
+            return n
+        data = self._raw.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+
+class _Recording:
+    """A non-seekable reader that keeps every byte read through it (a header read ahead)."""
+
+    def __init__(self, reader: IO[bytes]) -> None:
+        self._reader = reader
+        self.kept: list[bytes] = []
+
+    def seekable(self) -> bool:
+        return False
+
+    def read(self, size: int = -1) -> bytes:
+        data = self._reader.read(size)
+        self.kept.append(data)
+        return data
+
+
+class _Stream:
+    """A source read once, front to back: standard input or a named pipe.
+
+    :param name: ``<stdin>`` or the pipe's path (in messages and reject rows).
+    :param raw: the open binary stream; closed when read to its end if ``owned``."""
+
+    def __init__(self, name: str, raw: IO[bytes], owned: bool) -> None:
+        self.name = name
+        self._raw = raw
+        self._owned = owned
+        self._lock = threading.Lock()
+        self._taken = False
+        magic = b""
+        while len(magic) < 2:
+            more = raw.read(2 - len(magic))
+            if not more:
+                break
+            magic += more
+        self.compression = "gzip" if magic == GZIP_MAGIC else None
+        buffered = io.BufferedReader(_Prefixed(magic, raw), READ_CHUNK)
+        self._reader: IO[bytes] = (
+            gzip.GzipFile(fileobj=buffered, mode="rb") if self.compression else buffered
+        )
+        self._ahead = b""  # decompressed bytes read ahead (the header)
+        self._header: bytes | None = None
+
+    def header(self, syntax: splitting.RecordSyntax) -> bytes:
+        """The first record (read ahead once; COPY still gets it unless the piece skips it)."""
+        with self._lock:
+            if self._header is None:
+                recording = _Recording(self._reader)
+                try:
+                    self._header = splitting.first_record(recording, syntax)
+                finally:
+                    self._ahead += b"".join(recording.kept)
+            return self._header
+
+    def chunks(self, chunk_size: int) -> Iterator[bytes]:
+        """The whole (decompressed) stream, header included; only once."""
+        with self._lock:
+            if self._taken:
+                raise LoadRefusedError(
+                    f"source {self.name} is a stream and was read already: it cannot be read "
+                    "twice (a retried partition needs the data again; load it from a file)"
+                )
+            self._taken = True
+        try:
+            if self._ahead:
+                yield self._ahead
+                self._ahead = b""
+            while chunk := self._reader.read(chunk_size):
+                yield chunk
+        finally:
+            if self._owned:
+                self._raw.close()
+
+
+_STREAMS: dict[str, _Stream] = {}
+
+
+def _open_stream(name: str) -> SourceFile:
+    """Open a stream source and hold it in this process for :func:`piece_chunks`."""
+    _refuse_under_airflow(name)
+    if name == STDIN_NAME:
+        stdin = sys.stdin
+        if stdin is None or stdin.isatty():
+            raise LoadRefusedError(
+                "source '-' reads standard input, which is a terminal (or closed) here: pipe "
+                "the data in, e.g. zcat data.csv.gz | airflow-pg-bulk load ... --source -"
+            )
+        stream = _Stream(name, stdin.buffer, owned=False)
+    else:
+        try:
+            stream = _Stream(name, open(name, "rb", buffering=0), owned=True)  # noqa: SIM115
+        except OSError as exc:
+            raise LoadRefusedError(f"source {name!r} cannot be read: {exc}") from exc
+    _STREAMS[name] = stream
+    return SourceFile(name, 0, stream.compression)
+
+
+def _refuse_under_airflow(name: str) -> None:
+    """Streams belong to the in-process runner: in an Airflow task process (where standard
+    input is the task's channel to its supervisor) they are refused before anything is read."""
+    runner = sys.modules.get("airflow.sdk.execution_time.task_runner")
+    if runner is not None and getattr(runner, "SUPERVISOR_COMMS", None) is not None:
+        what = "standard input ('-')" if name == STDIN_NAME else f"the named pipe {name!r}"
+        raise LoadRefusedError(
+            f"source {what} can be read only by the in-process runner (airflow_pg_bulk.load or "
+            "airflow-pg-bulk load): under Airflow, prepare and each COPY task run in processes "
+            "of their own, a stream can be read once, and a task's standard input is its "
+            "channel to the Airflow supervisor. Write the data to a file every worker can read"
+        )
+
+
+def _held_stream(path: str) -> _Stream:
+    stream = _STREAMS.get(path)
+    if stream is None:
+        raise LoadRefusedError(
+            f"source {path} is a stream opened by another process (the one that ran prepare): "
+            "only the in-process runner (airflow_pg_bulk.load, airflow-pg-bulk load) can load "
+            "a stream"
+        )
+    return stream
 
 
 def _compression(path: str) -> str | None:
@@ -83,13 +274,10 @@ def _open(file: SourceFile):
 
 def read_header(file: SourceFile, opts: CopyOptions) -> tuple[list[str], int]:
     """The header's column names and its length in bytes (of the decompressed stream)."""
-    with _open(file) as stream:
-        try:
-            record = splitting.first_record(stream, syntax_of(opts))
-        except (OSError, EOFError, zlib.error) as exc:
-            raise BadDataError(
-                f"{file.path}: cannot read the header: {exc}", path=file.path
-            ) from exc
+    try:
+        record = _header_record(file, syntax_of(opts))
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BadDataError(f"{file.path}: cannot read the header: {exc}", path=file.path) from exc
     if not record:
         return [], 0
     try:
@@ -106,25 +294,21 @@ def read_header(file: SourceFile, opts: CopyOptions) -> tuple[list[str], int]:
     return names, len(record)
 
 
-_PYTHON_CODECS = {
-    "UTF8": "utf-8",
-    "SQLASCII": "latin-1",
-    "LATIN1": "latin-1",
-    "KOI8R": "koi8_r",
-    "KOI8U": "koi8_u",
-}
+def _header_record(file: SourceFile, syntax: splitting.RecordSyntax) -> bytes:
+    """The raw first record of the file's (decompressed) content; a stream keeps it."""
+    if is_stream(file.path):
+        return _held_stream(file.path).header(syntax)
+    with _open(file) as stream:
+        return splitting.first_record(stream, syntax)
 
 
 def python_encoding(pg_encoding: str) -> str:
-    """Python's codec for a PostgreSQL encoding name (for reading header names only)."""
-    key = pg_encoding.upper().replace("-", "").replace("_", "")
-    if key in _PYTHON_CODECS:
-        return _PYTHON_CODECS[key]
-    if key.startswith("WIN"):
-        return "cp" + key[3:]
-    if key.startswith("LATIN"):
-        return "latin" + key[5:]
-    return pg_encoding
+    """Python's codec for a PostgreSQL encoding name (:func:`charsets.python_codec`); a name
+    without one is returned as is."""
+    try:
+        return charsets.python_codec(pg_encoding)
+    except ValueError:
+        return pg_encoding
 
 
 def map_header(
@@ -163,12 +347,26 @@ def map_header(
     if unknown:
         raise LoadRefusedError(
             f"header columns {unknown} match no column of the target "
-            f"(columns: {list(table_columns)})"
+            f"(columns: {list(table_columns)}){_delimiter_hint(unknown, opts)}"
         )
     duplicates = sorted({c for c in mapped if mapped.count(c) > 1})
     if duplicates:
         raise LoadRefusedError(f"header names columns {duplicates} more than once")
     return mapped, lengths
+
+
+def _delimiter_hint(unknown: Sequence[str], opts: CopyOptions) -> str:
+    """A hint when the unmatched header names hold another common delimiter (``a;b;c`` read
+    as one name): the file seems to use that one."""
+    used = opts.effective_delimiter
+    counts = {d: sum(name.count(d) for name in unknown) for d in _DELIMITERS if d != used}
+    best = max(counts, key=lambda d: counts[d])
+    if not counts[best]:
+        return ""
+    return (
+        f"; the header was split at the delimiter {used!r}, but the file seems to use "
+        f"{best!r}: give delimiter={best!r} (--delimiter)"
+    )
 
 
 def plan_partitions(
@@ -191,8 +389,8 @@ def plan_partitions(
     pieces: list[Piece] = []
     for file in files:
         skip = header_lengths.get(file.path, 0) if opts.header else 0
-        if file.compression:
-            newline = _gzip_newline(file, syntax) if skip else None
+        if file.compression or is_stream(file.path):
+            newline = _header_newline(file, syntax) if skip else None
             pieces.append(
                 Piece(file.path, 0, None, 2 if skip else 1, file.compression, bool(skip), newline)
             )
@@ -200,7 +398,7 @@ def plan_partitions(
         if file.size - skip <= 0:
             continue
         pieces.extend(_split_file(file, skip, target, syntax, opts))
-    return _pack(pieces, partitions)
+    return _pack(pieces, partitions, {f.path: f.size for f in files})
 
 
 def _split_file(
@@ -230,17 +428,16 @@ def _split_file(
     return pieces
 
 
-def _gzip_newline(file: SourceFile, syntax: splitting.RecordSyntax) -> str | None:
-    """The line ending of a compressed file's header line, or None if it has none."""
-    with _open(file) as stream:
-        record = splitting.first_record(stream, syntax)
+def _header_newline(file: SourceFile, syntax: splitting.RecordSyntax) -> str | None:
+    """The line ending of a compressed file's or a stream's header line, or None."""
+    record = _header_record(file, syntax)
     found = splitting.first_terminator(record, syntax)
     return None if found is None else record[found[0] : found[1]].decode()
 
 
-def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
+def _pack(pieces: list[Piece], partitions: int, sizes: dict[str, int]) -> list[Partition]:
     def weight(piece: Piece) -> int:
-        return piece.size if piece.size is not None else os.path.getsize(piece.path)
+        return piece.size if piece.size is not None else sizes[piece.path]
 
     bins: list[list[Piece]] = [[] for _ in range(min(partitions, len(pieces)))]
     loads = [0] * len(bins)
@@ -258,6 +455,10 @@ def _pack(pieces: list[Piece], partitions: int) -> list[Partition]:
 def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None) -> Iterator[bytes]:
     """The piece's bytes, in chunks of at most ``chunk_size`` (decompressed, header dropped)."""
     chunk_size = chunk_size or READ_CHUNK  # read at call time, so it can be tuned
+    if is_stream(piece.path):
+        chunks = stream_chunks(piece, chunk_size)
+        yield from _without_header(chunks, syntax_of(opts)) if piece.skip_header else chunks
+        return
     if piece.compression == "gzip":
         yield from _gzip_chunks(piece, syntax_of(opts), chunk_size)
         return
@@ -273,30 +474,42 @@ def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None)
             yield chunk
 
 
+def stream_chunks(piece: Piece, chunk_size: int | None = None) -> Iterator[bytes]:
+    """A stream piece's whole (decompressed) content, header included, read once."""
+    stream = _held_stream(piece.path)
+    return _damage_named(piece.path, stream.chunks(chunk_size or READ_CHUNK))
+
+
 def _gzip_chunks(piece: Piece, syntax: splitting.RecordSyntax, chunk_size: int) -> Iterator[bytes]:
     with gzip.open(piece.path, "rb") as f:
-        pending = b""
-        skipping = piece.skip_header
-        while True:
-            try:
-                chunk = f.read(chunk_size)
-            except (OSError, EOFError, zlib.error) as exc:
-                raise BadDataError(
-                    f"{piece.path}: the gzip stream is damaged or truncated ({exc}); "
-                    "nothing of this load reached the target",
-                    path=piece.path,
-                ) from exc
-            if not chunk:
-                return
-            if skipping:
-                pending += chunk
-                header = splitting.first_record(io.BytesIO(pending), syntax)
-                if not header.endswith((b"\n", b"\r")) or header == pending:
-                    continue  # the header (or its CRLF) goes on in the next chunk
-                chunk, pending, skipping = pending[len(header) :], b"", False
-                if not chunk:
-                    continue
-            yield chunk
+        chunks = _damage_named(piece.path, iter(lambda: f.read(chunk_size), b""))
+        yield from _without_header(chunks, syntax) if piece.skip_header else chunks
+
+
+def _damage_named(path: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """Chunks of a decompressed stream; a damaged or truncated gzip stream names the file."""
+    try:
+        yield from chunks
+    except (OSError, EOFError, zlib.error) as exc:
+        raise BadDataError(
+            f"{path}: the gzip stream is damaged or truncated ({exc}); "
+            "nothing of this load reached the target",
+            path=path,
+        ) from exc
+
+
+def _without_header(chunks: Iterator[bytes], syntax: splitting.RecordSyntax) -> Iterator[bytes]:
+    """The chunks with the stream's first record (the header) dropped."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        header = splitting.first_record(io.BytesIO(pending), syntax)
+        if not header.endswith((b"\n", b"\r")) or header == pending:
+            continue  # the header (or its CRLF) goes on in the next chunk
+        if len(pending) > len(header):
+            yield pending[len(header) :]
+        break
+    yield from chunks
 
 
 def _locate_transcoded(
@@ -320,6 +533,8 @@ def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, in
     """Physical (first, last) line numbers, in the file, of the piece's ``record_number``-th
     record (as COPY counts records: a quoted newline does not start a new one)."""
     syntax = syntax_of(opts)
+    if is_stream(piece.path):
+        raise ValueError(f"{piece.path} is a stream: it cannot be read again to count lines")
     if not splitting.can_split(opts.encoding):
         return _locate_transcoded(piece, record_number, opts, syntax)
     if piece.compression != "gzip":

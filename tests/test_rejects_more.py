@@ -360,12 +360,12 @@ def test_max_rejects_counts_all_partitions_together(db, connect, tmp_path):
     assert leftovers(db) == []
 
 
-def test_one_partition_over_the_limit_fails_on_its_own_and_records_nothing(
+def test_one_partition_over_the_limit_fails_on_its_own_and_keeps_its_rejects(
     db, connect, tmp_path, spy
 ):
     path = tmp_path / "items.csv"
     bad = {i: bad_amount(i) for i in (2300, 2400, 2500, 2600, 2700)}
-    write_source(path, range(1, 3001), bad)
+    expected, _good = write_source(path, range(1, 3001), bad)
     before = seeded_items(db)
 
     with pytest.raises(BadDataError) as info:
@@ -384,15 +384,20 @@ def test_one_partition_over_the_limit_fails_on_its_own_and_records_nothing(
         f"more than max_rejects=4 rows of the source were rejected (the last in {path}); "
         f"nothing of this load reached {db.table('items')}."
     )
+    assert str(info.value).endswith(f"See {db.schema}.pgbulk_rejects for load e5e5e5e5e5e5")
     assert info.value.path == str(path)
     assert db.checksum("items") == before
-    assert reject_rows(db, "e5e5e5e5e5e5") == []  # the failed partition recorded nothing
+    # the failed partition rolled back, then recorded the rows it rejected on their own
+    assert reject_rows(db, "e5e5e5e5e5e5") == expected
     assert leftovers(db) == []
     statements = spy["statements"]
     if server_version(db) >= 180000:
-        # one pass per piece with the server counting: COPY itself stops past the limit
-        assert len(statements) == 2
-        assert all("ON_ERROR ignore" in s and "REJECT_LIMIT 4" in s for s in statements)
+        # one pass per piece with the server counting; past the limit COPY itself stops, and
+        # the piece goes the savepoint way to find the rows: a failing COPY and a re-copy each
+        assert len(statements) == 2 + 2 * 5
+        skipping = [s for s in statements if "ON_ERROR ignore" in s]
+        assert len(skipping) == 2
+        assert all("REJECT_LIMIT 4" in s for s in skipping)
     else:
         assert server_version(db) < 170000, "only 15 and 18 are tested here"
         assert not any("ON_ERROR" in s or "REJECT_LIMIT" in s for s in statements)
@@ -440,9 +445,13 @@ def test_reject_limit_of_a_later_piece_is_what_the_earlier_pieces_left(db, conne
     assert leftovers(db) == []
 
 
-def test_limit_reached_in_an_earlier_piece_fails_the_partition(db, connect, tmp_path):
+def test_limit_reached_in_a_later_piece_fails_the_partition_keeping_every_reject(
+    db, connect, tmp_path
+):
+    expected = []
     for n, bad in enumerate([{120: bad_amount(120), 480: bad_date(480)}, {1333: bad_id(1333)}]):
-        write_source(tmp_path / f"f-{n}.csv", range(1 + 1000 * n, 1001 + 1000 * n), bad)
+        e, _g = write_source(tmp_path / f"f-{n}.csv", range(1 + 1000 * n, 1001 + 1000 * n), bad)
+        expected += e
     before = seeded_items(db)
 
     with pytest.raises(BadDataError, match=r"^more than max_rejects=2 rows of the source"):
@@ -458,7 +467,8 @@ def test_limit_reached_in_an_earlier_piece_fails_the_partition(db, connect, tmp_
         )
 
     assert db.checksum("items") == before
-    assert reject_rows(db, "f7f7f7f7f7f7") == []
+    # the rejects of the earlier piece too, though its transaction rolled back
+    assert reject_rows(db, "f7f7f7f7f7f7") == expected
     assert leftovers(db) == []
 
 
