@@ -12,11 +12,12 @@ anything that exists but is not a regular file (a named pipe such as bash's ``<(
 - gzip is detected from its first two bytes and decompressed on the way; a header is the first
   record of the (decompressed) stream, read ahead by :func:`read_header` and dropped from what
   COPY gets; row accounting counts the stream as it counts a file;
-- nothing is written to disk with ``on_error="fail"``: a bad row is named by its record number
-  in the stream (``record N of the part starting at line L``) because finding its physical line
-  would need the bytes again; with ``on_error="reject"`` the stream is spooled, decompressed, to
-  a temporary file (``TMPDIR``) while it is loaded, since setting rows aside re-reads byte
-  ranges (:mod:`~airflow_pg_bulk.rejects`); the spool is deleted when the piece is done;
+- nothing is written to disk with ``on_error="fail"``: a bad row is named by the server's line
+  number within the stream (``record N of the part starting at line L``; COPY counts line breaks
+  inside quoted fields too), because mapping it to the file's line would need the bytes again;
+  with ``on_error="reject"`` the stream is spooled, decompressed, to a temporary file
+  (``TMPDIR``) while it is loaded, since setting rows aside re-reads byte ranges
+  (:mod:`~airflow_pg_bulk.rejects`); the spool is deleted when the piece is done;
 - only the process that opened the stream can load it, so the in-process runner
   (:func:`airflow_pg_bulk.load`, ``airflow-pg-bulk load``) reads streams, and an Airflow task
   refuses them: prepare and each COPY task run in processes of their own, and a task's
