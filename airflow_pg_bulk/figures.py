@@ -50,6 +50,15 @@ WAIT_PHASES = {
 }
 
 
+#: The phases before finalize's own in a whole load's figures.
+BEFORE_FINALIZE = ("prepare", "wait_copy", "copy", "wait_finalize")
+
+
+def finalize_seconds(seconds: dict[str, float]) -> float:
+    """Seconds of finalize's own phases among a load's ``seconds`` (the runner's cleanup too)."""
+    return sum(value for name, value in seconds.items() if name not in BEFORE_FINALIZE)
+
+
 @dataclass(frozen=True)
 class LoadSummary(PlainData):
     """A whole load's figures.

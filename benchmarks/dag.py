@@ -13,6 +13,7 @@ from typing import Any
 
 import airflow_pg_bulk.demo
 from airflow_pg_bulk.demo.connection import airflow_connection_json
+from airflow_pg_bulk.figures import finalize_seconds
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,8 @@ def breakdown(result: Any, xcoms: dict[tuple[str, int, str], Any]) -> dict[str, 
         for c in copies
     ]
     fin_x = xcoms.get((f"{GROUP}.finalize", -1, "return_value"), {}).get("value") or {}
-    fin_work = sum((fin_x.get("seconds") or {}).values()) if isinstance(fin_x, dict) else 0.0
+    # finalize's XCom covers the whole load: its own phases are what finalize's task did
+    fin_work = finalize_seconds(fin_x.get("seconds") or {}) if isinstance(fin_x, dict) else 0.0
     plan_bytes = xcoms.get((f"{GROUP}.prepare", -1, "plan"), {}).get("bytes", 0)
     parts: list[tuple[str, float | None]] = [
         (
