@@ -131,7 +131,7 @@ def run_dag_loads(
     home: Path,
 ) -> dict[str, Any]:
     """Start Airflow, run the demo DAG ``runs`` times into ``table``; stop Airflow."""
-    from airflow_pg_bulk.demo.airflow_runner import AirflowStandalone
+    from airflow_pg_bulk.demo.harness import AirflowStandalone
 
     env = {
         f"AIRFLOW_CONN_{CONN_ID.upper()}": airflow_connection_json(dsn),

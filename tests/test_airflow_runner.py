@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from airflow_pg_bulk.demo.airflow_runner import (
+from airflow_pg_bulk.demo.harness import (
     AirflowStandalone,
     DagRunResult,
     TaskRun,

@@ -166,7 +166,7 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
 def _run_dag(
     dsn: str, glob: str, partitions: int, workdir: Path, keep: bool
 ) -> tuple[float, dict[str, Any] | None]:
-    from airflow_pg_bulk.demo.airflow_runner import AirflowStandalone
+    from airflow_pg_bulk.demo.harness import AirflowStandalone
 
     dags = Path(__file__).resolve().parent / "dags"
     env = {
