@@ -159,7 +159,7 @@ OPTIONS: tuple[LoadOption, ...] = (
     LoadOption(
         "max_rejects", int, 0,
         "with `reject`: the most rejected rows the whole load may have; past it the load fails "
-        "and nothing reaches the target",
+        "and nothing reaches the target; rejected rows are kept in `reject_table` either way",
         "`0`", "errors",
     ),
     LoadOption(

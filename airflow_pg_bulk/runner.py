@@ -171,7 +171,8 @@ def load(
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
         the rest load; default ``fail``.
     :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
-        the load fails and nothing reaches the target; default ``0``.
+        the load fails and nothing reaches the target; rejected rows are kept in
+        ``reject_table`` either way; default ``0``.
     :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
         target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
         ``pgbulk_rejects`` in the target's schema.
