@@ -163,7 +163,7 @@ class Column(PlainData):
     type: str
     not_null: bool
     generated: bool = False
-    identity: str = ""
+    identity: str = ""  # codes.Identity: "" none, "a" always, "d" by default
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class ConstraintDef(PlainData):
     """A constraint of the target: ``definition`` is ``pg_get_constraintdef`` output."""
 
     name: str
-    kind: str  # p u c f x
+    kind: str  # codes.ConstraintKind: p u c f x
     definition: str
     validated: bool = True
     index: str | None = None
@@ -202,7 +202,7 @@ class TriggerDef(PlainData):
 
     name: str
     definition: str
-    enabled: str = "O"  # O origin, D disabled, R replica, A always
+    enabled: str = "O"  # codes.TriggerState: O origin, D disabled, R replica, A always
 
 
 @dataclass(frozen=True)
@@ -244,7 +244,7 @@ class TargetDefinition(PlainData):
     table: str
     oid: int
     owner: str
-    persistence: str  # p permanent, u unlogged
+    persistence: str  # codes.Persistence: p permanent, u unlogged
     columns: tuple[Column, ...]
     indexes: tuple[IndexDef, ...] = ()
     constraints: tuple[ConstraintDef, ...] = ()

@@ -327,7 +327,9 @@ def _set_aside(
     """Re-copy the good rows before the bad record, record the bad one; return where to go on."""
     plan = job.plan
     syntax = sources.syntax_of(plan.copy)
-    first, content_end, next_start = splitting.record_span(source.path, pos, end, record, syntax)
+    (((first, content_end, next_start), line, _last),) = splitting.record_locations(
+        source.path, pos, end, [record], syntax
+    )
     if first > pos:
         before = dataclasses.replace(source, start=pos, end=first)
         target = plan.target.qualified
@@ -338,7 +340,6 @@ def _set_aside(
     with open(source.path, "rb") as f:
         f.seek(first)
         raw = f.read(content_end - first)
-    line, _last = splitting.record_line_numbers(source.path, pos, end, record, syntax)
     _record(job, line, raw, message)
     outcome.rejects += 1
     return next_start
