@@ -41,7 +41,8 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         "--source",
         required=True,
         action="append",
-        help="file or glob, repeatable; .gz files are decompressed (required)",
+        help="file or glob, repeatable; .gz files are decompressed; - reads standard input "
+        "and a named pipe works too (one partition, read once) (required)",
     )
     options.add_cli_flags(p)
     p.add_argument(
