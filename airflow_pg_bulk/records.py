@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import codecs
 import enum
+import functools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -40,6 +41,12 @@ _HOLD = 5  # bytes kept back for look-ahead: a CR LF, then "\.\r\n", checked fro
 _FIRST_RECORD_LIMIT = 256 << 20  # bytes held at most while the first line ending is unknown
 _MARKER = b"\\."
 _NAMES = {b"\n": "LF", b"\r\n": "CRLF", b"\r": "CR"}
+
+
+@functools.cache
+def _all_bytes_but(keep: bytes) -> bytes:
+    """Every byte value except those in ``keep`` (to delete with ``bytes.translate``)."""
+    return bytes(b for b in range(256) if b not in keep)
 
 
 class MarkerRule(enum.Enum):
@@ -298,11 +305,19 @@ class RecordCounter:
         if not self._in_quote and buf.find(q, 0, n) < 0:
             self._terminators += buf.count(eolb, 0, n)
         else:
-            parts = buf[:n].split(q)
-            outside = parts[1::2] if self._in_quote else parts[0::2]
-            self._terminators += b"".join(outside).count(eolb)
-            if len(parts) % 2 == 0:
-                self._in_quote = not self._in_quote
+            # Only the quote and newline bytes matter: keep those (one C pass), then drop
+            # adjacent quote pairs (an empty or newline-free quoted field, a doubled quote),
+            # which changes no other byte's quote parity. What is left is usually newlines
+            # alone; split on the quotes only if some remain.
+            skeleton = buf[:n].translate(None, _all_bytes_but(q + eolb)).replace(q + q, b"")
+            if q not in skeleton:  # only newlines left, all inside or all outside quotes
+                self._terminators += 0 if self._in_quote else len(skeleton)
+            else:
+                parts = skeleton.split(q)
+                outside = parts[1::2] if self._in_quote else parts[0::2]
+                self._terminators += b"".join(outside).count(eolb)
+                if len(parts) % 2 == 0:
+                    self._in_quote = not self._in_quote
         if n:
             self._at_start = buf[n - 1] == eolb[0] and not self._in_quote
             self._last_was_esc = False
