@@ -6,6 +6,7 @@ import csv
 import gzip
 import io
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,3 +184,21 @@ def leftovers(db: Any) -> list[str]:
             db.schema,
         )
     ]
+
+
+def error_chain(exc: BaseException | None) -> Iterator[BaseException]:
+    """An exception and its causes (``raise … from``) and contexts, each once."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        yield exc
+        exc = exc.__cause__ or exc.__context__
+
+
+def sqlstate_of(exc: BaseException) -> str | None:
+    """The first SQLSTATE found along the exception's chain (the package's or the driver's)."""
+    for item in error_chain(exc):
+        code = getattr(item, "sqlstate", None) or getattr(item, "pgcode", None)
+        if code:
+            return code
+    return None

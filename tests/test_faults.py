@@ -33,7 +33,16 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Database
-from helpers import catalog_snapshot, create_items, leftovers, plain_copy_checksum, rows, write_csv
+from helpers import (
+    catalog_snapshot,
+    create_items,
+    error_chain,
+    leftovers,
+    plain_copy_checksum,
+    rows,
+    sqlstate_of,
+    write_csv,
+)
 from psycopg import sql
 from servers import skip_or_fail
 
@@ -145,22 +154,6 @@ def staging_and_ledger(db: Database, plan: LoadPlan) -> tuple[int, int, list[int
 def through_xcom(plan: LoadPlan) -> LoadPlan:
     """The plan as a copy task on another worker gets it: through JSON."""
     return LoadPlan.from_dict(json.loads(json.dumps(plan.to_dict())))
-
-
-def error_chain(exc: BaseException | None) -> Iterator[BaseException]:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-def sqlstate_of(exc: BaseException) -> str | None:
-    for item in error_chain(exc):
-        code = getattr(item, "sqlstate", None) or getattr(item, "pgcode", None)
-        if code:
-            return code
-    return None
 
 
 def copy(db: Database, plan: LoadPlan, *indexes: int) -> None:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import psycopg
 import pytest
-from helpers import catalog_snapshot, leftovers, write_csv
+from helpers import catalog_snapshot, leftovers, sqlstate_of, write_csv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
-from test_server_faults import DdlTrap, sqlstate_of
+from test_server_faults import DdlTrap
 
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.driver import connect as open_connection

@@ -34,7 +34,14 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Database
-from helpers import catalog_snapshot, leftovers, plain_copy_checksum, write_csv
+from helpers import (
+    catalog_snapshot,
+    error_chain,
+    leftovers,
+    plain_copy_checksum,
+    sqlstate_of,
+    write_csv,
+)
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -330,22 +337,6 @@ def terminate(db: Database, pid: int) -> None:
     while db.scalar("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", pid):
         assert time.monotonic() < deadline, f"backend {pid} still there"
         time.sleep(0.02)
-
-
-def error_chain(exc: BaseException | None) -> Iterator[BaseException]:
-    seen = set()
-    while exc is not None and id(exc) not in seen:
-        seen.add(id(exc))
-        yield exc
-        exc = exc.__cause__ or exc.__context__
-
-
-def sqlstate_of(exc: BaseException) -> str | None:
-    for item in error_chain(exc):
-        code = getattr(item, "sqlstate", None) or getattr(item, "pgcode", None)
-        if code:
-            return code
-    return None
 
 
 def built_on_staging(db: Database, plan: LoadPlan) -> dict[str, bool | None]:
