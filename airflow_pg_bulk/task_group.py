@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from airflow.sdk import TaskGroup
@@ -46,9 +47,10 @@ def pg_bulk_load(
     postgres_conn_id: str = "postgres_default",
     pool: str | None = None,
     max_parallel_copies: int | None = None,
-    copy_retries: int = 2,
+    copy_retries: int | None = None,
+    finalize_retries: int | None = None,
     task_id: str | None = None,
-    **prepare_kwargs: Any,
+    **operator_kwargs: Any,
 ) -> TaskGroup:
     """A TaskGroup that loads ``source`` into ``table``.
 
@@ -100,16 +102,30 @@ def pg_bulk_load(
         target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
         ``pgbulk_rejects`` in the target's schema.
     :param postgres_conn_id: Airflow connection id of the target database.
-    :param pool: an Airflow pool for the COPY tasks, to bound the streams that hit the server
-        at once across all DAGs.
+    :param pool: an Airflow pool for every task of the group, to bound the sessions that hit
+        the server at once across all DAGs.
     :param max_parallel_copies: at most this many COPY tasks of one run at once.
-    :param copy_retries: retries of a COPY task (safe: a partition loads exactly once).
+    :param copy_retries: retries of a COPY task (safe: a partition loads exactly once); default
+        ``retries`` if given, else 2.
+    :param finalize_retries: retries of finalize (safe: a retry resumes where the last attempt
+        stopped, and does nothing after its commit); default ``retries`` if given, else 2,
+        with a ``retry_delay`` of 10 seconds unless one is given.
     :param task_id: deprecated spelling of ``group_id`` (it names the group, not a task).
-    :param prepare_kwargs: other arguments of :class:`PgBulkPrepareOperator` (and so of
-        ``BaseOperator``: ``retries``, ``execution_timeout``, ...).
+    :param operator_kwargs: ``BaseOperator`` arguments (``queue``, ``pool_slots``, ``retries``,
+        ``retry_delay``, ``execution_timeout``, ``executor_config``, ``priority_weight``,
+        ``owner``, ``on_failure_callback``, ...) given to every task of the group: prepare,
+        each copy, finalize and cleanup.
     """
     group_id = _group_id(group_id, task_id)
     load_options = options.pick(locals())
+    settings = dict(operator_kwargs)
+    if pool:
+        settings["pool"] = pool
+    copy_args = _with_retries(settings, copy_retries)
+    if max_parallel_copies:
+        copy_args["max_active_tis_per_dagrun"] = max_parallel_copies
+    finalize_args = _with_retries(settings, finalize_retries)
+    finalize_args.setdefault("retry_delay", FINALIZE_RETRY_DELAY)
     with TaskGroup(group_id=group_id) as group:
         prepare = PgBulkPrepareOperator(
             task_id="prepare",
@@ -117,28 +133,38 @@ def pg_bulk_load(
             table=table,
             source=source,
             **load_options,
-            **prepare_kwargs,
+            **settings,
         )
-        copy_args: dict[str, Any] = {"retries": copy_retries}
-        if pool:
-            copy_args["pool"] = pool
-        if max_parallel_copies:
-            copy_args["max_active_tis_per_dagrun"] = max_parallel_copies
         plan = prepare.output["plan"]
         copies = PgBulkCopyOperator.partial(
             task_id="copy", postgres_conn_id=postgres_conn_id, plan=plan, **copy_args
         ).expand(partition=prepare.output)
         finalize = PgBulkFinalizeOperator(
-            task_id="finalize", postgres_conn_id=postgres_conn_id, plan=plan
+            task_id="finalize", postgres_conn_id=postgres_conn_id, plan=plan, **finalize_args
         )
         cleanup = PgBulkCleanupOperator(
             task_id="cleanup",
             postgres_conn_id=postgres_conn_id,
             table=table,
             prepare_task_id=prepare.task_id,
+            **settings,
         )
         prepare >> copies >> finalize >> cleanup.as_teardown(setups=prepare)
     return group
+
+
+FINALIZE_RETRY_DELAY = timedelta(seconds=10)
+STEP_RETRIES = 2
+
+
+def _with_retries(settings: dict[str, Any], step_retries: int | None) -> dict[str, Any]:
+    """``settings`` with a step's retries: its own if given, else ``retries``, else 2."""
+    args = dict(settings)
+    if step_retries is not None:
+        args["retries"] = step_retries
+    else:
+        args.setdefault("retries", STEP_RETRIES)
+    return args
 
 
 def _group_id(group_id: str | None, task_id: str | None) -> str:

@@ -45,8 +45,9 @@ NOT_OPTIONS = {
         "pool",
         "max_parallel_copies",
         "copy_retries",
+        "finalize_retries",
         "task_id",
-        "prepare_kwargs",
+        "operator_kwargs",
     },
     "load": {"conn", "table", "source", "jobs", "driver", "load_id", "objects"},
 }
