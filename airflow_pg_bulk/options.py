@@ -94,7 +94,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "mode", str, REQUIRED,
         "`replace`: the target ends up with exactly the loaded rows; `append`: the loaded rows "
         "are added to the target's rows (see Modes and their guarantees)",
-        "none: must be given", "request", choices=MODES,
+        "none: must be given", "request", choices=MODES, templated=True,
     ),
     LoadOption("format", str, "csv", "`csv` or `text` (PostgreSQL's text format)", "`csv`",
                "copy", choices=("csv", "text")),
@@ -117,7 +117,7 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "partitions", int, None, "number of COPY partitions (mapped tasks)",
-        "by size: one per `partition_size`, at most 16", "request",
+        "by size: one per `partition_size`, at most 16", "request", templated=True,
     ),
     LoadOption(
         "partition_size", int, DEFAULT_PARTITION_BYTES,

@@ -140,7 +140,7 @@ def load(
     :param source: a path, a glob, or a list of them.
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows (see Modes and their guarantees); default
-        none: it must be given.
+        none: it must be given. (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
@@ -152,7 +152,7 @@ def load(
     :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
         splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
     :param partitions: number of COPY partitions (mapped tasks); default by size: one per
-        ``partition_size``, at most 16.
+        ``partition_size``, at most 16. (templated)
     :param partition_size: input bytes per partition when ``partitions`` is not given; default
         67108864 (64 MiB).
     :param columns: target columns the fields fill, in file order, for files without a header;

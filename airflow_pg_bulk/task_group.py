@@ -65,7 +65,7 @@ def pg_bulk_load(
     :param source: files or globs every worker can read. (templated)
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows (see Modes and their guarantees); default
-        none: it must be given.
+        none: it must be given. (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
@@ -77,7 +77,7 @@ def pg_bulk_load(
     :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
         splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
     :param partitions: number of COPY partitions (mapped tasks); default by size: one per
-        ``partition_size``, at most 16.
+        ``partition_size``, at most 16. (templated)
     :param partition_size: input bytes per partition when ``partitions`` is not given; default
         67108864 (64 MiB).
     :param columns: target columns the fields fill, in file order, for files without a header;
@@ -101,7 +101,7 @@ def pg_bulk_load(
     :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
         target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
         ``pgbulk_rejects`` in the target's schema.
-    :param postgres_conn_id: Airflow connection id of the target database.
+    :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param pool: an Airflow pool for every task of the group, to bound the sessions that hit
         the server at once across all DAGs.
     :param max_parallel_copies: at most this many COPY tasks of one run at once.

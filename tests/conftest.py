@@ -10,6 +10,7 @@ server per module, whatever ``PG_BULK_TEST_DSN`` says; its binaries from
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -33,6 +34,21 @@ AIRFLOW_HOME = tempfile.mkdtemp(prefix="pgbulk-airflow-")
 os.environ["AIRFLOW_HOME"] = AIRFLOW_HOME
 os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = os.path.join(REPO, "dags_examples")
 os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+# A second bundle: the tests' own DAGs (tests/dags_dynamic), so that dag.test() can run them.
+os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
+    [
+        {
+            "name": "dags-folder",
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {},
+        },
+        {
+            "name": "pg-bulk-test-dags",
+            "classpath": "airflow.dag_processing.bundles.local.LocalDagBundle",
+            "kwargs": {"path": os.path.join(REPO, "tests", "dags_dynamic")},
+        },
+    ]
+)
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
 
 

@@ -147,3 +147,53 @@ def test_airflow_providers_list_shows_the_provider(airflow_db):
     ).stdout
     line = next(line for line in out.splitlines() if line.startswith("airflow-pg-bulk"))
     assert "0.1.0" in line
+
+
+# --- arguments known only at run time -------------------------------------------------------
+
+DYNAMIC = Path(__file__).resolve().parent / "dags_dynamic"
+
+
+@pytest.fixture
+def dynamic_dagbag(airflow_db):
+    from airflow.dag_processing.dagbag import DagBag
+
+    return DagBag(dag_folder=str(DYNAMIC))
+
+
+def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
+    assert dynamic_dagbag.import_errors == {}
+    assert set(dynamic_dagbag.dag_ids) == {
+        "pg_bulk_upstream_source",
+        "pg_bulk_mapped_prepare",
+    }
+    prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_prepare").get_task("prepare")
+    assert prepare.partial_kwargs["mode"] == "append"
+
+
+@pytest.mark.parametrize("mode", ["replace", "append"])
+def test_upstream_output_as_source_and_templated_mode_run(
+    dynamic_dagbag, example_conn, tmp_path, mode
+):
+    db = example_conn
+    create_items(db)
+    whole = write_parts(tmp_path, "items", 3, 200, header=["id", "name", "amount", "day", "note"])
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    files = sorted(str(p) for p in tmp_path.glob("items-*.csv"))
+
+    run, states = _run(
+        dynamic_dagbag,
+        "pg_bulk_upstream_source",
+        {
+            "conn_id": "pg_bulk_example",
+            "table": db.table("items"),
+            "files": files,
+            "mode": mode,
+            "partitions": "2",
+        },
+    )
+
+    assert run.state == "success", states
+    assert sum(1 for (task, _) in states if task == "load.copy") == 2
+    assert db.checksum("items") == expected
+    assert leftovers(db) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from airflow.sdk import DAG
 
 from airflow_pg_bulk.task_group import pg_bulk_load
@@ -74,3 +75,38 @@ def test_finalize_retries_by_default_soon():
     assert finalize.retries >= 2
     assert finalize.retry_delay <= timedelta(seconds=30)
     assert _setting(tasks["copy"], "retries") == 2
+
+
+def test_run_time_arguments_are_accepted_at_parse_time_and_checked_in_execute():
+    from airflow.sdk import task
+
+    from airflow_pg_bulk.operators.pg_bulk import PgBulkPrepareOperator
+
+    with DAG("task_group_run_time_arguments", schedule=None) as dag:
+
+        @task
+        def list_files() -> list[str]:
+            return ["/x.csv"]
+
+        pg_bulk_load(
+            group_id="g",
+            table="{{ params.table }}",
+            source=list_files(),
+            mode="{{ params.mode }}",
+            partitions="{{ params.partitions }}",
+            postgres_conn_id="{{ params.conn_id }}",
+        )
+    prepare = dag.task_dict["g.prepare"]
+    assert {"table", "source", "mode", "partitions", "columns", "postgres_conn_id"} <= set(
+        prepare.template_fields
+    )
+    for name in ("copy", "finalize", "cleanup"):
+        assert "postgres_conn_id" in dag.task_dict[f"g.{name}"].template_fields, name
+
+    rendered = PgBulkPrepareOperator(
+        task_id="p", table="s.t", source=["/a.csv"], mode="append", partitions="3"
+    )
+    assert rendered.build_request().partitions == 3
+    bad = PgBulkPrepareOperator(task_id="q", table="s.t", source="/a.csv", mode="sideways")
+    with pytest.raises(ValueError):
+        bad.build_request()

@@ -72,12 +72,13 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             partition=prepare.output)
 
     :param postgres_conn_id: Airflow connection id of the target database (``postgres`` type).
+        (templated)
     :param table: the target table, ``schema.table`` or ``table``; it must exist. (templated)
     :param source: a path or glob, or a list of them, of files every worker can read;
         ``.gz`` files are decompressed. (templated)
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows (see Modes and their guarantees); default
-        none: it must be given.
+        none: it must be given. (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
@@ -89,7 +90,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
         splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
     :param partitions: number of COPY partitions (mapped tasks); default by size: one per
-        ``partition_size``, at most 16.
+        ``partition_size``, at most 16. (templated)
     :param partition_size: input bytes per partition when ``partitions`` is not given; default
         67108864 (64 MiB).
     :param columns: target columns the fields fill, in file order, for files without a header;
@@ -115,7 +116,14 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         ``pgbulk_rejects`` in the target's schema.
     """
 
-    template_fields: Sequence[str] = ("table", "source", "columns")
+    template_fields: Sequence[str] = (
+        "table",
+        "source",
+        "mode",
+        "partitions",
+        "columns",
+        "postgres_conn_id",
+    )
 
     def __init__(
         self,
@@ -144,19 +152,38 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if mode is None:  # no destructive default: refused at parse time, as it can never render
+            request_from_options("", "", mode=None)
         self.table = table
         self.source = source
+        self.mode = mode
+        self.partitions = partitions
         self.columns = columns
-        self.load_options = options.pick(locals(), exclude=("columns",))
-        request_from_options(table, source, columns, **self.load_options)  # fail at parse time
+        self.load_options = options.pick(
+            locals(), exclude=("mode", "partitions", "columns", "table", "source")
+        )
 
     def build_request(self) -> LoadRequest:
-        """The load request from the (rendered) arguments."""
-        return request_from_options(self.table, self.source, self.columns, **self.load_options)
+        """The load request from the (rendered) arguments: validated here, at run time, so that
+        any of them may be a template or an upstream task's output."""
+        partitions = self.partitions
+        if isinstance(partitions, str):  # a rendered template
+            partitions = int(partitions) if partitions.strip() else None
+        return request_from_options(
+            self.table,
+            self.source,
+            self.columns,
+            mode=self.mode,
+            partitions=partitions,
+            **self.load_options,
+        )
 
     def execute(self, context: Context) -> list[int]:
         started_at = time.time()
-        request = self.build_request()
+        try:
+            request = self.build_request()
+        except (TypeError, ValueError) as exc:  # bad (rendered) options: a retry cannot help
+            raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         load_id = load_id_from_context(context, self.task_id)
         with _terminal_errors_fail():
             plan = self.hook.prepare(request, load_id)
@@ -175,14 +202,14 @@ class PgBulkPrepareOperator(_PgBulkOperator):
 class PgBulkCopyOperator(_PgBulkOperator):
     """COPY one partition of the plan into staging, exactly once (map it over the partitions).
 
-    :param postgres_conn_id: Airflow connection id of the target database.
+    :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param plan: the plan, the prepare task's XCom ``plan`` (``prepare.output["plan"]``).
         (templated)
     :param partition: the partition number; map with ``.expand(partition=prepare.output)``.
         (templated)
     """
 
-    template_fields: Sequence[str] = ("plan", "partition")
+    template_fields: Sequence[str] = ("plan", "partition", "postgres_conn_id")
 
     def __init__(self, *, plan: Any, partition: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -215,12 +242,12 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
 
     Returns the load's figures (rows, bytes, seconds per phase) as its XCom.
 
-    :param postgres_conn_id: Airflow connection id of the target database.
+    :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param plan: the plan, the prepare task's XCom ``plan`` (``prepare.output["plan"]``).
         (templated)
     """
 
-    template_fields: Sequence[str] = ("plan",)
+    template_fields: Sequence[str] = ("plan", "postgres_conn_id")
 
     def __init__(self, *, plan: Any, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -245,13 +272,13 @@ class PgBulkCleanupOperator(_PgBulkOperator):
     """Drop the staging and ledger tables of this run (use as a teardown: it always runs).
     It never touches the target.
 
-    :param postgres_conn_id: Airflow connection id of the target database.
+    :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param table: the target table, as given to prepare. (templated)
     :param prepare_task_id: the prepare task's task id (with its group prefix), from which the
         load id is derived, so cleanup works even when prepare failed.
     """
 
-    template_fields: Sequence[str] = ("table",)
+    template_fields: Sequence[str] = ("table", "postgres_conn_id")
 
     def __init__(self, *, table: str, prepare_task_id: str, **kwargs: Any) -> None:
         super().__init__(**kwargs)
