@@ -110,3 +110,26 @@ def test_run_time_arguments_are_accepted_at_parse_time_and_checked_in_execute():
     bad = PgBulkPrepareOperator(task_id="q", table="s.t", source="/a.csv", mode="sideways")
     with pytest.raises(ValueError):
         bad.build_request()
+
+
+def test_parsing_a_dag_imports_no_driver_sql_or_steps():
+    """DAG-parse time imports the operators and the group only: psycopg, the provider's hook,
+    the SQL and the steps are imported when a task runs."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from airflow.sdk import DAG\n"
+        "from airflow_pg_bulk import pg_bulk_load\n"
+        "with DAG('d', schedule=None):\n"
+        "    pg_bulk_load(group_id='g', table='s.t', source='/x.csv', mode='append')\n"
+        "heavy = ('psycopg', 'psycopg2', 'airflow.providers.postgres.hooks.postgres',\n"
+        "         'airflow_pg_bulk.sql', 'airflow_pg_bulk.steps', 'airflow_pg_bulk.figures',\n"
+        "         'airflow_pg_bulk.splitting', 'airflow_pg_bulk.hooks.pg_bulk')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
+    ).stdout
+    assert out.strip().splitlines()[-1] == "[]"

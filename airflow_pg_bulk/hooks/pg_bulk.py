@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.providers.postgres.hooks.postgres import PostgresHook
 
-from airflow_pg_bulk import steps
-from airflow_pg_bulk.figures import LoadSummary, PartitionResult
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+if TYPE_CHECKING:  # the steps (and with them the SQL and splitting) are imported when run
+    from airflow_pg_bulk.figures import LoadSummary, PartitionResult
+    from airflow_pg_bulk.plan import LoadPlan, LoadRequest
 
 
 class PgBulkHook(PostgresHook):
@@ -33,6 +33,8 @@ class PgBulkHook(PostgresHook):
 
     def prepare(self, request: LoadRequest, load_id: str) -> LoadPlan:
         """Validate, capture the target's definition, create staging; return the plan."""
+        from airflow_pg_bulk import steps
+
         with self._bulk_connection() as conn:
             return steps.prepare(conn, request, load_id)
 
@@ -40,15 +42,21 @@ class PgBulkHook(PostgresHook):
         self, plan: LoadPlan, index: int, progress: Callable[[int, int], None] | None = None
     ) -> PartitionResult:
         """COPY one partition into staging, exactly once."""
+        from airflow_pg_bulk import steps
+
         with self._bulk_connection() as conn:
             return steps.copy_partition(conn, plan, index, progress)
 
     def finalize(self, plan: LoadPlan) -> LoadSummary:
         """Build indexes and constraints and swap (replace) or insert (append) atomically."""
+        from airflow_pg_bulk import steps
+
         with self._bulk_connection() as conn:
             return steps.finalize(conn, plan)
 
     def cleanup(self, schema: str, load_id: str) -> list[str]:
         """Drop the run's staging and ledger tables; returns their names."""
+        from airflow_pg_bulk import steps
+
         with self._bulk_connection() as conn:
             return steps.cleanup(conn, schema, load_id)

@@ -7,20 +7,18 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
 from airflow.sdk.exceptions import AirflowFailException
 
-from airflow_pg_bulk import figures, naming, options
-from airflow_pg_bulk.catalog import split_name
+from airflow_pg_bulk import naming, options
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,
     IncompleteLoadError,
     LoadRefusedError,
 )
-from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
 from airflow_pg_bulk.plan import (
     DEFAULT_PARTITION_BYTES,
     LoadPlan,
@@ -28,6 +26,9 @@ from airflow_pg_bulk.plan import (
     Mode,
     request_from_options,
 )
+
+if TYPE_CHECKING:  # the hook, figures and catalog pull in psycopg and the SQL: imported in execute
+    from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
 
 _TERMINAL = (BadDataError, ConstraintViolationError, LoadRefusedError, IncompleteLoadError)
 UI_COLOR = "#d7e9f7"
@@ -59,6 +60,8 @@ class _PgBulkOperator(BaseOperator):
     @cached_property
     def hook(self) -> PgBulkHook:
         """The hook of ``postgres_conn_id``."""
+        from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
+
         return PgBulkHook(postgres_conn_id=self.postgres_conn_id)
 
 
@@ -179,6 +182,8 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         )
 
     def execute(self, context: Context) -> list[int]:
+        from airflow_pg_bulk import figures
+
         started_at = time.time()
         try:
             request = self.build_request()
@@ -254,6 +259,8 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
         self.plan = plan
 
     def execute(self, context: Context) -> dict[str, Any]:
+        from airflow_pg_bulk import figures
+
         plan = LoadPlan.from_dict(self.plan)
         copies = None
         try:  # the COPY tasks' span, for the whole load's figures (prepare's start is in the plan)
@@ -286,6 +293,8 @@ class PgBulkCleanupOperator(_PgBulkOperator):
         self.prepare_task_id = prepare_task_id
 
     def execute(self, context: Context) -> list[str]:
+        from airflow_pg_bulk.catalog import split_name
+
         schema, _table = split_name(self.table)
         load_id = load_id_from_context(context, self.prepare_task_id)
         dropped = self.hook.cleanup(schema, load_id)
