@@ -141,11 +141,6 @@ class RecordCounter:
             raise RuntimeError("finish() was not called")
         return self._records
 
-    @property
-    def newline(self) -> bytes | None:
-        """The session's line ending, once known."""
-        return self._eol
-
     def feed(self, data: bytes) -> None:
         """Account for the next bytes of the stream.
 
