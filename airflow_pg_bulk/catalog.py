@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.codes import ConstraintKind, RelKind
-from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk.driver import execute, is_database_error, scalar, server_error
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import (
     Column,
@@ -182,3 +183,26 @@ def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
             + ". A replace swaps in a new table and cannot carry these over; "
             "use mode='append' or remove them first"
         )
+
+
+def create_if_missing(conn: Any, table: tuple[str, ...], create: Callable[..., Any]) -> None:
+    """Create a table loads share unless it exists, safe against concurrent loads.
+
+    (CREATE ... IF NOT EXISTS would need CREATE on the schema every time, and can still
+    collide in the catalog with a concurrent CREATE. After waiting for the creation lock this
+    transaction's catalog view may predate the other load's commit, so a collision is caught
+    at a savepoint and taken as "it exists".)"""
+    if scalar(conn, sql.relation_exists(*table)):
+        return
+    execute(conn, sql.creation_lock(*table))
+    execute(conn, sql.savepoint("pgbulk_create"))
+    try:
+        execute(conn, create(*table))
+    except Exception as exc:
+        if not is_database_error(exc) or server_error(exc).sqlstate not in _ALREADY_THERE:
+            raise
+        execute(conn, sql.rollback_to("pgbulk_create"))
+    execute(conn, sql.release("pgbulk_create"))
+
+
+_ALREADY_THERE = {"42P07", "23505"}  # duplicate table; unique violation in pg_type/pg_class

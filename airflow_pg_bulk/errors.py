@@ -30,6 +30,19 @@ class LoadRefusedError(PgBulkError):
     """The load cannot be done safely as asked; nothing was changed. Retrying will not help."""
 
 
+class AlreadyLoadedError(LoadRefusedError):
+    """This run's append was finalized before: loading it again would add its rows twice.
+
+    :param rows: the rows that load made visible.
+    :param finalized_at: when, as the server wrote it.
+    """
+
+    def __init__(self, message: str, *, rows: int, finalized_at: str) -> None:
+        super().__init__(message)
+        self.rows = rows
+        self.finalized_at = finalized_at
+
+
 class BadDataError(PgBulkError):
     """A row of the source was rejected by PostgreSQL; the target is untouched.
 

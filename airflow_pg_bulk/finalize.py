@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import catalog, naming, sql, translate
+from airflow_pg_bulk import catalog, naming, planning, sql, translate
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
 from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
@@ -86,10 +86,42 @@ def _release_load_lock(conn: Any, plan: LoadPlan) -> None:
         log.debug("releasing the finalize lock failed", exc_info=True)
 
 
+def check_ledger_plan(conn: Any, plan: LoadPlan) -> None:
+    """Refuse to work with a ledger made for another plan, or with none.
+
+    Prepare run again (a retry, a cleared task) for changed files makes a new ledger for its
+    new plan; a COPY or finalize still holding the old plan must not mix the two."""
+    t = plan.target
+    found = scalar(conn, sql.ledger_digest(t.schema, plan.ledger_table))
+    if found == planning.plan_digest(plan):
+        return
+    if found is None:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified} has no ledger ({plan.ledger_table}): "
+            "its cleanup ran, or its prepare did not. Run the load again from prepare"
+        )
+    raise LoadRefusedError(
+        f"the ledger of load {plan.load_id} was made for another plan: prepare ran again "
+        "after this task read its plan (did the source files change?). Nothing was loaded "
+        "by this task; clear it (or the whole load) to run with the new plan"
+    )
+
+
+def missing_partitions(conn: Any, plan: LoadPlan) -> list[int]:
+    """The partitions not committed in the ledger (none once the load is finalized)."""
+    check_ledger_plan(conn, plan)
+    done = {row[0] for row in execute(conn, sql.ledger_rows(plan.target.schema, plan.ledger_table))}
+    conn.commit()
+    if sql.FINALIZED in done:
+        return []
+    return sorted(p.index for p in plan.partitions if p.index not in done)
+
+
 def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int, bool]:
     """Rows, bytes and rejects of the committed partitions, and whether the load was made
     visible before (a retry after a commit whose acknowledgement was lost)."""
     t = plan.target
+    check_ledger_plan(conn, plan)
     ledger = execute(conn, sql.ledger_rows(t.schema, plan.ledger_table))
     for row in ledger:
         if row[0] == sql.FINALIZED:
@@ -154,7 +186,7 @@ def _finalize_append(
         if inserted != rows:
             conn.rollback()
             raise _staging_lost(plan, inserted, rows)
-        execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
+        _record(conn, plan, rows, nbytes, rejected)
         conn.commit()
     if plan.settings.analyze:
         with clock.phase("analyze"):
@@ -169,6 +201,7 @@ def _finalize_replace(
     finalize are skipped, so a retry goes on where the last one stopped."""
     t = plan.target
     stage = plan.staging_table
+    refuse_overwriting_newer(conn, plan)  # early, before the index builds; again in the swap
     built = _staging_state(conn, plan)
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     if ("persistence", Persistence.UNLOGGED) in built:
@@ -205,8 +238,54 @@ def _finalize_replace(
             conn.commit()
     with clock.phase("swap"):
         _swap(conn, plan, index_names, constraint_names)
-        execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
+        _record(conn, plan, rows, nbytes, rejected)
         conn.commit()
+
+
+def _record(conn: Any, plan: LoadPlan, rows: int, nbytes: int, rejected: int) -> None:
+    """In the transaction that makes the load visible: note it in the ledger (a retried
+    finalize then does nothing) and in the load history (kept after cleanup)."""
+    t = plan.target
+    execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
+    history = plan.history_table
+    catalog.create_if_missing(conn, history, sql.create_load_history)  # (dropped since prepare?)
+    execute(
+        conn,
+        sql.record_load(
+            *history,
+            load_id=plan.load_id,
+            target=t.qualified,
+            mode=plan.mode,
+            logical_date=plan.logical_date,
+            rows=rows,
+            rejects=rejected,
+        ),
+    )
+
+
+def refuse_overwriting_newer(conn: Any, plan: LoadPlan) -> None:
+    """A replace must not overwrite the rows of a load whose logical date is later (two runs
+    of one DAG at once, or a late retry of an old run): refuse, naming that load."""
+    history = plan.history_table
+    if plan.logical_date is None or not scalar(conn, sql.relation_exists(*history)):
+        return
+    newer = execute(
+        conn,
+        sql.newer_load(
+            *history,
+            target=plan.target.qualified,
+            logical_date=plan.logical_date,
+            load_id=plan.load_id,
+        ),
+    )
+    if newer:
+        load_id, mode, logical_date, finalized_at = newer[0]
+        raise LoadRefusedError(
+            f"{plan.target.qualified} holds the rows of a later run: load {load_id} ({mode}, "
+            f"logical date {logical_date}) was finalized at {finalized_at}; this load "
+            f"(logical date {plan.logical_date}) would replace them with older data, so "
+            "nothing was swapped. Run the DAG with max_active_runs=1 to keep its runs in order"
+        )
 
 
 def _staging_state(conn: Any, plan: LoadPlan) -> dict[tuple[str, str], bool | None]:
@@ -261,6 +340,7 @@ def _swap(
     execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
     execute(conn, sql.advisory_xact_lock(t.oid))
     execute(conn, sql.lock_exclusive(schema, table))
+    refuse_overwriting_newer(conn, plan)  # under the target's lock: no later load can slip in
     now = catalog.capture(conn, schema, table)  # pins search_path for the rest of the swap
     if now.fingerprint() != t.fingerprint():
         raise LoadRefusedError(

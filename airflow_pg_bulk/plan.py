@@ -21,6 +21,7 @@ MODES: tuple[str, ...] = ("replace", "append")
 FORMATS: tuple[str, ...] = ("csv", "text")
 ON_ERROR: tuple[str, ...] = ("fail", "reject")
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
+LOAD_HISTORY_TABLE = "pgbulk_loads"  # in the target's schema: one row per finalized load
 
 T = TypeVar("T", bound="PlainData")
 
@@ -341,6 +342,14 @@ class LoadPlan(PlainData):
     # span from prepare's start to the swap or insert (0: not known)
     started_at: float = 0.0
     prepared_at: float = 0.0
+    # the DAG run's logical date (ISO 8601) under Airflow: a replace refuses to overwrite the
+    # rows of a load with a later one (see LOAD_HISTORY_TABLE); None in-process
+    logical_date: str | None = None
+
+    @property
+    def history_table(self) -> tuple[str, str]:
+        """``(schema, table)`` of the load history the load is recorded in when finalized."""
+        return (self.target.schema, LOAD_HISTORY_TABLE)
 
     def partition(self, index: int) -> Partition:
         """The partition with that index."""

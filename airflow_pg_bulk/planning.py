@@ -7,6 +7,8 @@ it can be tested without a server or a file.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Sequence
 
 from airflow_pg_bulk import naming
@@ -72,6 +74,7 @@ def build_plan(
     columns: Sequence[str],
     partitions: Sequence[Partition],
     source_bytes: int,
+    logical_date: str | None = None,
 ) -> LoadPlan:
     """The load's plan from what prepare read: the request, the target's captured definition,
     the columns (:func:`plan_columns`) and the source cut into partitions."""
@@ -89,4 +92,19 @@ def build_plan(
         source_bytes=source_bytes,
         errors=request.errors,
         reject_table=reject_table(request, target.schema),
+        logical_date=logical_date,
     )
+
+
+_UNSTABLE = ("started_at", "prepared_at")  # stamped after the plan is made
+
+
+def plan_digest(plan: LoadPlan) -> str:
+    """A digest of what the plan loads and how: the same for the same files, cut and target.
+
+    Prepare writes it on the ledger; a prepare run again keeps a ledger with the same digest
+    (and the partitions committed in it), and COPY and finalize refuse a ledger made for
+    another plan."""
+    data = {k: v for k, v in plan.to_dict().items() if k not in _UNSTABLE}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]

@@ -71,6 +71,14 @@ def advisory_xact_lock(oid: int) -> Composed:
     )
 
 
+def creation_lock(schema: str, name: str) -> Composed:
+    """Serialise the creation of a shared table (the reject table, the load history) by
+    concurrent loads, until the transaction ends."""
+    return SQL(
+        "SELECT pg_advisory_xact_lock(hashtext('airflow_pg_bulk_create'), hashtext({}))"
+    ).format(Literal(Identifier(schema, name).as_string()))
+
+
 def load_lock(load_id: str, *, release: bool = False) -> Composed:
     """Take (or release) the session-level lock that one finalize of a load holds throughout,
     so a retry started while a stalled attempt still works waits for it (under lock_timeout)
@@ -693,3 +701,66 @@ def insert_from_staging(
 def count_rows(schema: str, table: str) -> Composed:
     """Exact row count."""
     return SQL("SELECT count(*) FROM {}").format(_table(schema, table))
+
+
+# --- the plan a ledger belongs to, and the history of finalized loads ------------------------
+
+
+def ledger_digest(schema: str, ledger: str) -> Composed:
+    """The digest of the plan the ledger was made for (its comment), or NULL."""
+    return SQL("SELECT obj_description(to_regclass({}), 'pg_class')").format(
+        Literal(Identifier(schema, ledger).as_string())
+    )
+
+
+def create_load_history(schema: str, name: str) -> Composed:
+    """One row per finalized load, kept: what made each load visible, and when."""
+    return SQL(
+        "CREATE TABLE {} (load_id text PRIMARY KEY, target text NOT NULL, mode text NOT NULL,"
+        " logical_date timestamptz, rows bigint NOT NULL, rejects bigint NOT NULL DEFAULT 0,"
+        " finalized_at timestamptz NOT NULL DEFAULT now())"
+    ).format(_table(schema, name))
+
+
+def record_load(
+    schema: str,
+    name: str,
+    *,
+    load_id: str,
+    target: str,
+    mode: str,
+    logical_date: str | None,
+    rows: int,
+    rejects: int,
+) -> Composed:
+    """Note a load as finalized (in the transaction that makes it visible)."""
+    return SQL(
+        "INSERT INTO {} (load_id, target, mode, logical_date, rows, rejects)"
+        " VALUES ({}, {}, {}, {}::timestamptz, {}, {}) ON CONFLICT (load_id) DO UPDATE SET"
+        " logical_date = EXCLUDED.logical_date, rows = EXCLUDED.rows,"
+        " rejects = EXCLUDED.rejects, finalized_at = now()"
+    ).format(
+        _table(schema, name),
+        Literal(load_id),
+        Literal(target),
+        Literal(mode),
+        Literal(logical_date),
+        Literal(rows),
+        Literal(rejects),
+    )
+
+
+def load_record(schema: str, name: str, load_id: str) -> Composed:
+    """Rows, rejects and finalization time of a finalized load (no row: never finalized)."""
+    return SQL("SELECT rows, rejects, finalized_at::text FROM {} WHERE load_id = {}").format(
+        _table(schema, name), Literal(load_id)
+    )
+
+
+def newer_load(schema: str, name: str, *, target: str, logical_date: str, load_id: str) -> Composed:
+    """The latest other load into ``target`` whose logical date is after ``logical_date``."""
+    return SQL(
+        "SELECT load_id, mode, logical_date::text, finalized_at::text FROM {}"
+        " WHERE target = {} AND load_id <> {} AND logical_date > {}::timestamptz"
+        " ORDER BY logical_date DESC LIMIT 1"
+    ).format(_table(schema, name), Literal(target), Literal(load_id), Literal(logical_date))

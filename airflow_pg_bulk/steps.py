@@ -26,12 +26,19 @@ from airflow_pg_bulk import (
     translate,
 )
 from airflow_pg_bulk.driver import copy_in, execute, rollback_quietly, scalar, server_version
-from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.figures import PartitionResult
-from airflow_pg_bulk.finalize import finalize
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError
+from airflow_pg_bulk.figures import LoadSummary, PartitionResult
+from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
+from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan, LoadRequest
 
-__all__ = ["LoadRefusedError", "cleanup", "copy_partition", "finalize", "prepare"]
+__all__ = [
+    "LoadRefusedError",
+    "cleanup",
+    "complete_and_finalize",
+    "copy_partition",
+    "finalize",
+    "prepare",
+]
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +48,29 @@ ProgressCallback = Callable[[int, int], None]  # (bytes so far, bytes expected o
 # --- prepare ---------------------------------------------------------------------------------
 
 
-def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
+def prepare(
+    conn: Any, request: LoadRequest, load_id: str, *, logical_date: str | None = None
+) -> LoadPlan:
     """Validate the target, the source and the columns; create staging and the ledger.
 
-    Re-runnable: a previous attempt's leftovers for the same ``load_id`` are dropped first.
-    Nothing is changed on the target. Returns the plan for the other steps."""
+    Re-runnable: when an earlier attempt for the same ``load_id`` made a ledger for the same
+    plan (same files, cut and target) and the load is not finalized, staging and the ledger
+    are kept, with every partition committed in them; otherwise that attempt's tables are
+    dropped and made anew. An append this ``load_id`` finalized before is refused with
+    :class:`AlreadyLoadedError` (its rows would be added twice). Nothing is changed on the
+    target. Returns the plan for the other steps.
+
+    :param logical_date: the DAG run's logical date (ISO 8601), recorded with the load; a
+        replace refuses to overwrite a load with a later one."""
     naming.check_load_id(load_id)
     schema, table = catalog.split_name(request.table)
+    resumed = False
     try:
         target = catalog.capture(conn, schema, table)
         catalog.refuse_unsupported(target, request.mode)
         catalog.refuse_without_privileges(conn, target, request.mode)
+        if request.mode == "append":
+            _refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
         files = sources.resolve(request.source)
         header_columns: list[str] = []
@@ -66,21 +85,30 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
             files, request.copy, request.partition_count(total), header_lengths
         )
         plan = planning.build_plan(
-            request, target, load_id, columns=columns, partitions=partitions, source_bytes=total
+            request,
+            target,
+            load_id,
+            columns=columns,
+            partitions=partitions,
+            source_bytes=total,
+            logical_date=logical_date,
         )
-        reject_table = plan.reject_table
-        _drop_run_tables(conn, schema, load_id)
-        _create_staging(conn, plan)
-        execute(conn, sql.create_ledger(schema, plan.ledger_table))
-        if reject_table and not scalar(conn, sql.relation_exists(*reject_table)):
-            # (CREATE ... IF NOT EXISTS would need CREATE on the schema every time)
-            execute(conn, sql.create_reject_table(*reject_table))
+        digest = planning.plan_digest(plan)
+        resumed = _can_resume(conn, plan, digest)
+        if not resumed:
+            _drop_run_tables(conn, schema, load_id)
+            _create_staging(conn, plan)
+            execute(conn, sql.create_ledger(schema, plan.ledger_table))
+            execute(conn, sql.comment_on("TABLE", sql.qualified(schema, plan.ledger_table), digest))
+        if plan.reject_table:
+            catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
+        catalog.create_if_missing(conn, plan.history_table, sql.create_load_history)
         conn.commit()
     except BaseException:
         conn.rollback()
         raise
     log.info(
-        "Prepared load %s into %s (%s): %d files, %.1f MB in %d partitions, staging %s (%s)",
+        "Prepared load %s into %s (%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
         load_id,
         target.qualified,
         request.mode,
@@ -89,8 +117,37 @@ def prepare(conn: Any, request: LoadRequest, load_id: str) -> LoadPlan:
         len(partitions),
         plan.staging_table,
         "logged" if plan.staging_logged else "unlogged",
+        "; kept from an earlier attempt, with its committed partitions" if resumed else "",
     )
     return plan
+
+
+def _refuse_appending_twice(conn: Any, schema: str, load_id: str, target: str) -> None:
+    history = (schema, LOAD_HISTORY_TABLE)
+    if not scalar(conn, sql.relation_exists(*history)):
+        return
+    found = execute(conn, sql.load_record(*history, load_id))
+    if found:
+        rows, _rejects, finalized_at = found[0]
+        raise AlreadyLoadedError(
+            f"load {load_id} appended {rows} rows to {target} at {finalized_at}; appending "
+            "them again would add them twice, so this run loads nothing. To append the "
+            "files again, start a new run (a new load id)",
+            rows=rows,
+            finalized_at=finalized_at,
+        )
+
+
+def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
+    """An earlier attempt made staging and a ledger for this very plan, not finalized: keep
+    them, and the partitions committed in them."""
+    schema = plan.target.schema
+    if scalar(conn, sql.ledger_digest(schema, plan.ledger_table)) != digest:
+        return False
+    if not scalar(conn, sql.relation_exists(schema, plan.staging_table)):
+        return False
+    ledger = execute(conn, sql.ledger_rows(schema, plan.ledger_table))
+    return all(row[0] != sql.FINALIZED for row in ledger)
 
 
 def _create_staging(conn: Any, plan: LoadPlan) -> None:
@@ -166,6 +223,7 @@ def copy_partition(
         execute(
             conn, sql.set_config("synchronous_commit", plan.settings.synchronous_commit, local=True)
         )
+        check_ledger_plan(conn, plan)
         if not execute(conn, sql.claim_partition(t.schema, plan.ledger_table, index)):
             rows, nbytes, seconds, rejected = execute(
                 conn, sql.partition_figures(t.schema, plan.ledger_table, index)
@@ -228,6 +286,30 @@ def copy_partition(
         rows / seconds if seconds else 0,
     )
     return PartitionResult(index, rows, nbytes, seconds, rejects=rejected)
+
+
+# --- finalize, completing what is missing ------------------------------------------------------
+
+
+def complete_and_finalize(
+    conn: Any, plan: LoadPlan, progress: ProgressCallback | None = None
+) -> LoadSummary:
+    """COPY the partitions the ledger lacks, then :func:`finalize`.
+
+    The COPY tasks normally leave nothing to do here. A partition is missing when prepare ran
+    again after they committed — the run's tasks were cleared in part (clearing finalize
+    clears its setup, prepare, and its teardown, cleanup, but not the COPY tasks) — and the
+    staging those COPY tasks filled was dropped. Each missing partition is loaded here,
+    exactly once (the ledger's claim), before anything becomes visible."""
+    for index in missing_partitions(conn, plan):
+        log.warning(
+            "Load %s: partition %d is not in the ledger (prepare ran again since its COPY "
+            "task committed); loading it in finalize",
+            plan.load_id,
+            index,
+        )
+        copy_partition(conn, plan, index, progress)
+    return finalize(conn, plan)
 
 
 # --- cleanup ---------------------------------------------------------------------------------

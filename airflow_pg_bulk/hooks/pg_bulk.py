@@ -31,12 +31,16 @@ class PgBulkHook(PostgresHook):
         with closing(self.get_conn()) as conn:
             yield conn
 
-    def prepare(self, request: LoadRequest, load_id: str) -> LoadPlan:
-        """Validate, capture the target's definition, create staging; return the plan."""
+    def prepare(
+        self, request: LoadRequest, load_id: str, *, logical_date: str | None = None
+    ) -> LoadPlan:
+        """Validate, capture the target's definition, create staging; return the plan.
+
+        :param logical_date: the DAG run's logical date (ISO 8601), kept with the load."""
         from airflow_pg_bulk import steps
 
         with self._bulk_connection() as conn:
-            return steps.prepare(conn, request, load_id)
+            return steps.prepare(conn, request, load_id, logical_date=logical_date)
 
     def copy_partition(
         self, plan: LoadPlan, index: int, progress: Callable[[int, int], None] | None = None
@@ -47,12 +51,15 @@ class PgBulkHook(PostgresHook):
         with self._bulk_connection() as conn:
             return steps.copy_partition(conn, plan, index, progress)
 
-    def finalize(self, plan: LoadPlan) -> LoadSummary:
-        """Build indexes and constraints and swap (replace) or insert (append) atomically."""
+    def finalize(
+        self, plan: LoadPlan, progress: Callable[[int, int], None] | None = None
+    ) -> LoadSummary:
+        """COPY any partition the ledger lacks (after a partial clear), then build indexes
+        and constraints and swap (replace) or insert (append) atomically."""
         from airflow_pg_bulk import steps
 
         with self._bulk_connection() as conn:
-            return steps.finalize(conn, plan)
+            return steps.complete_and_finalize(conn, plan, progress)
 
     def cleanup(self, schema: str, load_id: str) -> list[str]:
         """Drop the run's staging and ledger tables; returns their names."""
