@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from airflow.sdk import TaskGroup
+from airflow.sdk import TaskGroup, TriggerRule
 
 from airflow_pg_bulk import options
 from airflow_pg_bulk.operators.pg_bulk import (
@@ -150,6 +150,10 @@ def pg_bulk_load(
             **settings,
         )
         prepare >> copies >> finalize >> cleanup.as_teardown(setups=prepare)
+        # A teardown runs only if its setup succeeded; cleanup must also run when prepare
+        # failed after its commit (a lost XCom push, a kill): it finds the run's tables by
+        # the load id, whatever state prepare reached.
+        cleanup.trigger_rule = TriggerRule.ALL_DONE
     return group
 
 

@@ -197,3 +197,61 @@ def test_upstream_output_as_source_and_templated_mode_run(
     assert sum(1 for (task, _) in states if task == "load.copy") == 2
     assert db.checksum("items") == expected
     assert leftovers(db) == []
+
+
+# --- clearing and re-running a run, failures after prepare's commit --------------------------
+
+
+def test_a_run_cleared_and_run_again_converges(dagbag, example_conn, tmp_path):
+    """``dag.test()`` with the same logical date clears the run's task instances and runs
+    them again in the same DAG run (same run id, so the same load id): the whole group
+    cleared. An append finalized before loads nothing the second time (prepare is skipped,
+    saying why); the rows are there once."""
+    import pendulum
+
+    db = example_conn
+    create_items(db)
+    path = write_csv(tmp_path / "events.csv", rows(4000, seed=31))
+    expected = plain_copy_checksum(db, path, "FORMAT csv")
+    dag = dagbag.get_dag("example_pg_bulk_append_one_big_file")
+    when = pendulum.datetime(2026, 11, 20, tz="UTC")
+    conf = {"table": db.table("items"), "source": str(path)}
+
+    first = dag.test(run_after=when, logical_date=when, run_conf=conf)
+    second = dag.test(run_after=when, logical_date=when, run_conf=conf)
+
+    assert first.run_id == second.run_id
+    states = {ti.task_id: ti.state for ti in second.get_task_instances() if ti.map_index < 1}
+    assert states["load_events.prepare"] == "skipped", states
+    assert states["load_events.cleanup"] == "success", states
+    assert db.checksum("items") == expected  # appended once
+    assert leftovers(db) == []
+
+
+def test_a_prepare_that_fails_after_its_commit_leaves_nothing(
+    dagbag, example_conn, tmp_path, monkeypatch
+):
+    """Prepare's tables are committed before it pushes the plan; if it fails then (here: the
+    step after its commit raises), cleanup still runs and drops them."""
+    from airflow_pg_bulk import figures
+
+    def fail_after_commit(*args, **kwargs):
+        raise RuntimeError("injected: prepare fails after its commit")
+
+    monkeypatch.setattr(figures, "stamp_prepare", fail_after_commit)
+    db = example_conn
+    create_items(db)
+    before = db.checksum("items")
+    write_csv(tmp_path / "items-0.csv", rows(300), header=["id", "name", "amount", "day", "note"])
+
+    run, states = _run(
+        dagbag,
+        "example_pg_bulk_replace_many_csv",
+        {"table": db.table("items"), "source": str(tmp_path / "items-*.csv")},
+    )
+
+    assert run.state == "failed"
+    assert states[("load_readings.prepare", -1)] == "failed", states
+    assert states[("load_readings.cleanup", -1)] == "success", states
+    assert db.checksum("items") == before
+    assert leftovers(db) == []

@@ -10,10 +10,11 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator, Context
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from airflow_pg_bulk import naming, options
 from airflow_pg_bulk.errors import (
+    AlreadyLoadedError,
     BadDataError,
     ConstraintViolationError,
     IncompleteLoadError,
@@ -46,6 +47,15 @@ def _terminal_errors_fail() -> Iterator[None]:
 def load_id_from_context(context: Context, prepare_task_id: str) -> str:
     """The load id of this DAG run's load: the same in every task and on every retry."""
     return naming.load_id_for(context["dag"].dag_id, context["run_id"], prepare_task_id)
+
+
+def logical_date(context: Context) -> str | None:
+    """The DAG run's logical date (else its ``run_after``) in ISO 8601, or None."""
+    when = context.get("logical_date")
+    if when is None:
+        dag_run = context.get("dag_run")
+        when = getattr(dag_run, "run_after", None)
+    return when.isoformat() if when is not None else None
 
 
 class _PgBulkOperator(BaseOperator):
@@ -190,8 +200,13 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         except (TypeError, ValueError) as exc:  # bad (rendered) options: a retry cannot help
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         load_id = load_id_from_context(context, self.task_id)
-        with _terminal_errors_fail():
-            plan = self.hook.prepare(request, load_id)
+        try:
+            with _terminal_errors_fail():
+                plan = self.hook.prepare(request, load_id, logical_date=logical_date(context))
+        except AirflowFailException as exc:
+            if isinstance(exc.__cause__, AlreadyLoadedError):  # a finished append, cleared
+                raise AirflowSkipException(str(exc)) from exc
+            raise
         plan = figures.stamp_prepare(plan, started_at, time.time())
         context["ti"].xcom_push(key="plan", value=plan.to_dict())
         self.log.info(
