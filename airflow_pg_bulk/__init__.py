@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "pg_bulk_load": "airflow_pg_bulk.task_group",
+    "PgBulkLoadGroup": "airflow_pg_bulk.task_group",
     "PgBulkHook": "airflow_pg_bulk.hooks.pg_bulk",
     "PgBulkPrepareOperator": "airflow_pg_bulk.operators.pg_bulk",
     "PgBulkCopyOperator": "airflow_pg_bulk.operators.pg_bulk",

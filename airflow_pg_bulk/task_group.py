@@ -51,16 +51,22 @@ def pg_bulk_load(
     finalize_retries: int | None = None,
     task_id: str | None = None,
     **operator_kwargs: Any,
-) -> TaskGroup:
-    """A TaskGroup that loads ``source`` into ``table``.
+) -> PgBulkLoadGroup:
+    """A TaskGroup that loads ``source`` into ``table``; its tasks are its attributes
+    ``prepare``, ``copies``, ``finalize`` and ``cleanup`` (``load.finalize.output``: the load's
+    figures).
 
     ::
 
         prepare ──> copy[0..N-1] (mapped) ──> finalize
            └──────────── cleanup (teardown) ───────┘
 
+    Inside a mapped task group each instance of the group is a load of its own (the map index
+    is part of its load id), with ``max_parallel_copies`` fixed COPY tasks instead of a mapped
+    one.
+
     :param group_id: the group id; the tasks are ``<group_id>.prepare``, ``.copy``,
-        ``.finalize`` and ``.cleanup``.
+        ``.finalize`` and ``.cleanup`` (``.copy_0`` … inside a mapped task group).
     :param table: the target table, ``schema.table``. (templated)
     :param source: files or globs every worker can read. (templated)
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
@@ -104,7 +110,11 @@ def pg_bulk_load(
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param pool: an Airflow pool for every task of the group, to bound the sessions that hit
         the server at once across all DAGs.
-    :param max_parallel_copies: at most this many COPY tasks of one run at once.
+    :param max_parallel_copies: at most this many COPY tasks of one run at once. Inside a
+        mapped task group (``@task_group`` … ``.expand()``), where Airflow cannot expand a
+        task, the number of COPY tasks of each load: ``copy_0`` … ``copy_{N-1}``, task ``i``
+        copying partitions ``i``, ``i + N``, …; default there ``partitions`` when it is an
+        int, else 4.
     :param copy_retries: retries of a COPY task (safe: a partition loads exactly once); default
         ``retries`` if given, else 2.
     :param finalize_retries: retries of finalize (safe: a retry resumes where the last attempt
@@ -122,11 +132,9 @@ def pg_bulk_load(
     if pool:
         settings["pool"] = pool
     copy_args = _with_retries(settings, copy_retries)
-    if max_parallel_copies:
-        copy_args["max_active_tis_per_dagrun"] = max_parallel_copies
     finalize_args = _with_retries(settings, finalize_retries)
     finalize_args.setdefault("retry_delay", FINALIZE_RETRY_DELAY)
-    with TaskGroup(group_id=group_id) as group:
+    with PgBulkLoadGroup(group_id=group_id) as group:
         prepare = PgBulkPrepareOperator(
             task_id="prepare",
             postgres_conn_id=postgres_conn_id,
@@ -135,13 +143,22 @@ def pg_bulk_load(
             **load_options,
             **settings,
         )
-        plan = prepare.output["plan"]
-        copies = PgBulkCopyOperator.partial(
-            task_id="copy", postgres_conn_id=postgres_conn_id, plan=plan, **copy_args
-        ).expand(partition=prepare.output)
-        finalize = PgBulkFinalizeOperator(
-            task_id="finalize", postgres_conn_id=postgres_conn_id, plan=plan, **finalize_args
-        )
+        step = {"postgres_conn_id": postgres_conn_id, "prepare_task_id": prepare.task_id}
+        if not group.in_mapped_task_group:
+            if max_parallel_copies:
+                copy_args["max_active_tis_per_dagrun"] = max_parallel_copies
+            copies: Any = PgBulkCopyOperator.partial(task_id="copy", **step, **copy_args).expand(
+                partition=prepare.output
+            )
+        else:  # Airflow cannot expand a task inside a mapped group: N copy tasks share them
+            slots = copy_tasks_in_mapped_group(max_parallel_copies, partitions)
+            copies = [
+                PgBulkCopyOperator(
+                    task_id=f"copy_{i}", partition=i, partition_stride=slots, **step, **copy_args
+                )
+                for i in range(slots)
+            ]
+        finalize = PgBulkFinalizeOperator(task_id="finalize", **step, **finalize_args)
         cleanup = PgBulkCleanupOperator(
             task_id="cleanup",
             postgres_conn_id=postgres_conn_id,
@@ -157,8 +174,54 @@ def pg_bulk_load(
     return group
 
 
+class PgBulkLoadGroup(TaskGroup):
+    """What ``pg_bulk_load`` returns: a TaskGroup whose tasks are attributes, wherever the
+    group sits (``load.finalize``, not ``load.children["<parent>.<group>.finalize"]``)."""
+
+    @property
+    def in_mapped_task_group(self) -> bool:
+        """Whether the group sits inside a mapped (expanded) task group."""
+        return next(self.iter_mapped_task_groups(), None) is not None
+
+    @property
+    def prepare(self) -> PgBulkPrepareOperator:
+        """The prepare task."""
+        return self.children[self.child_id("prepare")]  # type: ignore[return-value]
+
+    @property
+    def copies(self) -> list[Any]:
+        """The COPY tasks: one mapped task (``copy``), or inside a mapped task group the fixed
+        ``copy_0`` … ``copy_{N-1}``."""
+        return [
+            task
+            for label, task in self.children.items()
+            if label == self.child_id("copy") or label.startswith(self.child_id("copy_"))
+        ]
+
+    @property
+    def finalize(self) -> PgBulkFinalizeOperator:
+        """The finalize task; its XCom is the load's figures."""
+        return self.children[self.child_id("finalize")]  # type: ignore[return-value]
+
+    @property
+    def cleanup(self) -> PgBulkCleanupOperator:
+        """The cleanup task (a teardown)."""
+        return self.children[self.child_id("cleanup")]  # type: ignore[return-value]
+
+
 FINALIZE_RETRY_DELAY = timedelta(seconds=10)
 STEP_RETRIES = 2
+MAPPED_GROUP_COPY_TASKS = 4
+
+
+def copy_tasks_in_mapped_group(max_parallel_copies: int | None, partitions: Any) -> int:
+    """How many COPY tasks a load inside a mapped task group gets: ``max_parallel_copies``,
+    else ``partitions`` when it is an int, else 4."""
+    if max_parallel_copies:
+        return int(max_parallel_copies)
+    if isinstance(partitions, int) and partitions > 0:
+        return partitions
+    return MAPPED_GROUP_COPY_TASKS
 
 
 def _with_retries(settings: dict[str, Any], step_retries: int | None) -> dict[str, Any]:

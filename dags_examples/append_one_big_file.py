@@ -47,7 +47,7 @@ def append_one_big_file() -> None:
         """Downstream tasks get the load's figures through XCom (prepare to the insert)."""
         return f"{figures['rows']} rows appended in {figures['wall_seconds']:.1f} s"
 
-    report(load.children["load_events.finalize"].output)
+    report(load.finalize.output)
 
 
 # [END example_append_one_big_file]

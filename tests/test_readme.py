@@ -40,7 +40,8 @@ def blocks(language: str | None = None) -> list[str]:
 def kind(language: str, code: str) -> str:
     """What a block is, hence how it is checked."""
     if language == "python":
-        return "dag" if "@dag" in code or "DAG(" in code or "Operator(" in code else "python"
+        hand_wired = "Operator(" in code or "Operator.partial(" in code
+        return "dag" if "@dag" in code or "DAG(" in code or hand_wired else "python"
     if language == "bash":
         if "pip install -e" in code and "apt-get" not in code:
             return "install"

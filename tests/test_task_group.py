@@ -133,3 +133,112 @@ def test_parsing_a_dag_imports_no_driver_sql_or_steps():
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120
     ).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+# --- the plan through XCom, load ids of mapped loads, mapped task groups ---------------------
+
+
+def _context(dag, map_index=-1):
+    """The parts of a task's context the operators read to find their load."""
+    from types import SimpleNamespace
+
+    return {"dag": dag, "run_id": "manual__1", "ti": SimpleNamespace(map_index=map_index)}
+
+
+def test_load_id_of_an_unmapped_prepare_is_unchanged_and_mapped_ones_differ():
+    from airflow_pg_bulk import naming
+    from airflow_pg_bulk.operators.pg_bulk import load_id_from_context
+
+    with DAG("load_ids", schedule=None) as dag:
+        pass
+    context = _context(dag)
+    unmapped = load_id_from_context(context, "g.prepare")
+    assert unmapped == naming.load_id_for("load_ids", "manual__1", "g.prepare")
+    assert load_id_from_context(context, "g.prepare", -1) == unmapped
+    mapped = {load_id_from_context(context, "g.prepare", i) for i in range(3)}
+    assert len(mapped) == 3 and unmapped not in mapped
+
+
+def test_copy_finalize_and_cleanup_find_their_prepare_instance():
+    from airflow.sdk import task_group
+
+    from airflow_pg_bulk.operators.pg_bulk import (
+        PgBulkCopyOperator,
+        PgBulkPrepareOperator,
+        prepare_map_index_of,
+    )
+
+    with DAG("prepare_instances", schedule=None) as dag:
+        pg_bulk_load(group_id="plain", table="s.t", source="/x.csv", mode="append")
+        PgBulkPrepareOperator.partial(task_id="mapped", source="/x.csv", mode="append").expand(
+            table=["s.a", "s.b"]
+        )
+
+        @task_group
+        def each(table):
+            pg_bulk_load(group_id="load", table=table, source="/x.csv", mode="append")
+
+        each.expand(table=["s.a", "s.b"])
+    copy_of_partition_1 = _context(dag, map_index=1)
+    assert prepare_map_index_of(copy_of_partition_1, "plain.prepare") is None
+    assert prepare_map_index_of(copy_of_partition_1, "mapped") == 1
+    assert prepare_map_index_of(copy_of_partition_1, "each.load.prepare") == 1
+    assert prepare_map_index_of(copy_of_partition_1, "plain.prepare", 0) == 0
+    for name in ("copy", "finalize", "cleanup"):
+        task = dag.task_dict[f"plain.{name}"]
+        assert "plan" not in task.template_fields, name
+        assert _setting(task, "prepare_task_id") == "plain.prepare", name
+    assert PgBulkCopyOperator.template_fields_renderers == {"partition": "json"}
+    assert PgBulkPrepareOperator.template_fields_renderers["source"] == "json"
+
+
+@pytest.mark.parametrize(
+    ("partition", "stride", "count", "expected"),
+    [(2, None, 5, [2]), ([0, 1, 2], None, 3, [0, 1, 2]), (1, 3, 8, [1, 4, 7]), (3, 4, 3, [])],
+)
+def test_which_partitions_a_copy_task_copies(partition, stride, count, expected):
+    from airflow_pg_bulk.operators.pg_bulk import PgBulkCopyOperator
+
+    copy = PgBulkCopyOperator(
+        task_id="c", prepare_task_id="p", partition=partition, partition_stride=stride
+    )
+    assert copy.partition_numbers(count) == expected
+
+
+@pytest.mark.parametrize(
+    ("settings", "tasks"),
+    [({}, 4), ({"partitions": 3}, 3), ({"partitions": 8, "max_parallel_copies": 2}, 2)],
+)
+def test_in_a_mapped_task_group_the_load_has_fixed_copy_tasks(settings, tasks):
+    from airflow.sdk import task_group
+
+    with DAG("mapped_group", schedule=None) as dag:
+        loads = []
+
+        @task_group
+        def each(table):
+            loads.append(
+                pg_bulk_load(group_id="load", table=table, source="/x", mode="append", **settings)
+            )
+
+        each.expand(table=["s.a", "s.b"])
+    (load,) = loads
+    assert load.in_mapped_task_group
+    assert [t.task_id for t in load.copies] == [f"each.load.copy_{i}" for i in range(tasks)]
+    for i, copy in enumerate(load.copies):
+        assert (copy.partition, copy.partition_stride) == (i, tasks)
+        assert copy.upstream_task_ids == {"each.load.prepare"}
+        assert copy.downstream_task_ids == {"each.load.finalize"}
+    assert not any(task.is_mapped for task in dag.tasks)
+
+
+def test_the_groups_tasks_are_attributes_inside_a_parent_group():
+    from airflow.sdk import TaskGroup
+
+    with DAG("nested", schedule=None), TaskGroup("outer"):
+        load = pg_bulk_load(group_id="g", table="s.t", source="/x.csv", mode="append")
+    assert not load.in_mapped_task_group
+    assert load.prepare.task_id == "outer.g.prepare"
+    assert [t.task_id for t in load.copies] == ["outer.g.copy"]
+    assert load.finalize.task_id == "outer.g.finalize"
+    assert load.cleanup.task_id == "outer.g.cleanup" and load.cleanup.is_teardown

@@ -44,9 +44,50 @@ def _terminal_errors_fail() -> Iterator[None]:
         raise AirflowFailException(str(exc)) from exc
 
 
-def load_id_from_context(context: Context, prepare_task_id: str) -> str:
-    """The load id of this DAG run's load: the same in every task and on every retry."""
-    return naming.load_id_for(context["dag"].dag_id, context["run_id"], prepare_task_id)
+def load_id_from_context(
+    context: Context, prepare_task_id: str, prepare_map_index: int | None = None
+) -> str:
+    """The load id of this DAG run's load: the same in every task and on every retry.
+
+    A mapped prepare (``.expand()``, or inside a mapped task group) runs one load per map
+    index, so its map index is part of the id; an unmapped one keeps the id it always had."""
+    parts = [context["dag"].dag_id, context["run_id"], prepare_task_id]
+    if prepare_map_index is not None and prepare_map_index >= 0:
+        parts.append(str(prepare_map_index))
+    return naming.load_id_for(*parts)
+
+
+def prepare_map_index_of(
+    context: Context, prepare_task_id: str, given: int | None = None
+) -> int | None:
+    """The map index of the prepare task instance whose load this task works on: ``given`` if
+    not None; else this task's own map index when prepare is mapped (expanded itself, or inside
+    a mapped task group: the instances of one group, or tasks expanded over the same list,
+    share their map index); else None (prepare is not mapped)."""
+    if given is not None:
+        return int(given)
+    prepare = context["dag"].get_task(prepare_task_id)
+    if prepare.is_mapped or prepare.get_closest_mapped_task_group() is not None:
+        return context["ti"].map_index
+    return None
+
+
+def plan_from_xcom(
+    context: Context, prepare_task_id: str, prepare_map_index: int | None
+) -> LoadPlan:
+    """The plan the prepare task pushed under the XCom key ``plan``: fetched when the task
+    runs, so it is not a rendered template field of every COPY task."""
+    plan = context["ti"].xcom_pull(
+        task_ids=prepare_task_id,
+        key="plan",
+        map_indexes=-1 if prepare_map_index is None else prepare_map_index,
+    )
+    if not plan:
+        raise AirflowFailException(
+            f"no plan in the XCom of {prepare_task_id!r} (map index {prepare_map_index}):"
+            " did prepare run, and is prepare_task_id right?"
+        )
+    return LoadPlan.from_dict(plan)
 
 
 def logical_date(context: Context) -> str | None:
@@ -79,10 +120,14 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     """Validate the load, capture the target's definition, create staging, split the source.
 
     Returns the partition numbers (``[0, 1, ...]``) as its XCom, to map the COPY tasks over,
-    and pushes the plan (a dict) under the XCom key ``plan``::
+    and pushes the plan (a dict) under the XCom key ``plan``, which copy and finalize fetch
+    themselves (their ``prepare_task_id``)::
 
-        PgBulkCopyOperator.partial(task_id="copy", plan=prepare.output["plan"]).expand(
+        PgBulkCopyOperator.partial(task_id="copy", prepare_task_id="prepare").expand(
             partition=prepare.output)
+
+    Mapped (``.partial(...).expand(table=[...])``, or inside a mapped task group), each
+    instance runs a load of its own: its map index is part of the load id.
 
     :param postgres_conn_id: Airflow connection id of the target database (``postgres`` type).
         (templated)
@@ -137,6 +182,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         "columns",
         "postgres_conn_id",
     )
+    template_fields_renderers = {"source": "json", "columns": "json"}
 
     def __init__(
         self,
@@ -199,7 +245,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             request = self.build_request()
         except (TypeError, ValueError) as exc:  # bad (rendered) options: a retry cannot help
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
-        load_id = load_id_from_context(context, self.task_id)
+        load_id = load_id_from_context(context, self.task_id, context["ti"].map_index)
         try:
             with _terminal_errors_fail():
                 plan = self.hook.prepare(request, load_id, logical_date=logical_date(context))
@@ -220,25 +266,69 @@ class PgBulkPrepareOperator(_PgBulkOperator):
 
 
 class PgBulkCopyOperator(_PgBulkOperator):
-    """COPY one partition of the plan into staging, exactly once (map it over the partitions).
+    """COPY partitions of the plan into staging, each exactly once (map it over the partitions).
+
+    The plan is not an argument: the task fetches it from the XCom ``plan`` of
+    ``prepare_task_id`` when it runs, so it is not stored as a rendered field of every COPY
+    task. Wired by hand::
+
+        PgBulkCopyOperator.partial(task_id="copy", prepare_task_id="prepare").expand(
+            partition=prepare.output)
+
+    Put ``prepare >> copy`` in the DAG (expanding over ``prepare.output`` does that).
 
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
-    :param plan: the plan, the prepare task's XCom ``plan`` (``prepare.output["plan"]``).
-        (templated)
-    :param partition: the partition number; map with ``.expand(partition=prepare.output)``.
-        (templated)
+    :param prepare_task_id: the prepare task's task id, with its group prefix
+        (``prepare.task_id``).
+    :param partition: the partition number, or a list of them (copied one after another, each
+        in its own transaction); map with ``.expand(partition=prepare.output)``: over a mapped
+        prepare's output, each COPY task gets one prepare instance's list. (templated)
+    :param partition_stride: with an int ``partition`` ``i``: copy partitions ``i``,
+        ``i + partition_stride``, ``i + 2 * partition_stride``, … (those the plan has; none is
+        not an error), for a fixed number of unmapped COPY tasks; default none: only
+        ``partition``.
+    :param prepare_map_index: the map index of the prepare instance whose plan to copy; default
+        this task's own map index when prepare is mapped (or in a mapped task group), else
+        prepare's only instance.
     """
 
-    template_fields: Sequence[str] = ("plan", "partition", "postgres_conn_id")
+    template_fields: Sequence[str] = ("partition", "postgres_conn_id")
+    template_fields_renderers = {"partition": "json"}
 
-    def __init__(self, *, plan: Any, partition: Any, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        prepare_task_id: str,
+        partition: Any,
+        partition_stride: int | None = None,
+        prepare_map_index: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
-        self.plan = plan
+        self.prepare_task_id = prepare_task_id
         self.partition = partition
+        self.partition_stride = partition_stride
+        self.prepare_map_index = prepare_map_index
 
-    def execute(self, context: Context) -> dict[str, Any]:
-        plan = LoadPlan.from_dict(self.plan)
-        index = int(self.partition)
+    def partition_numbers(self, count: int) -> list[int]:
+        """The (rendered) partition numbers this task copies, of a plan of ``count``."""
+        if self.partition_stride:
+            return list(range(int(self.partition), count, int(self.partition_stride)))
+        if isinstance(self.partition, (list, tuple)):
+            return [int(p) for p in self.partition]
+        return [int(self.partition)]
+
+    def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
+        plan = plan_from_xcom(context, self.prepare_task_id, map_index)
+        numbers = self.partition_numbers(len(plan.partitions))
+        results = [self._copy(plan, index) for index in numbers]
+        if not numbers:
+            self.log.info("No partition of %d is this task's", len(plan.partitions))
+        single = not self.partition_stride and not isinstance(self.partition, (list, tuple))
+        return results[0] if single else results
+
+    def _copy(self, plan: LoadPlan, index: int) -> dict[str, Any]:
         part = plan.partition(index)
         self.log.info(
             "Partition %d: %d pieces, %.1f MB: %s",
@@ -260,23 +350,33 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
     """Check every partition committed, then make the load visible atomically: rebuild indexes
     and constraints and swap (replace), or insert from staging (append).
 
-    Returns the load's figures (rows, bytes, seconds per phase) as its XCom.
+    Returns the load's figures (rows, bytes, seconds per phase) as its XCom. Fetches the plan
+    from the XCom ``plan`` of ``prepare_task_id`` when it runs; put it downstream of the COPY
+    tasks (``copies >> finalize``).
 
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
-    :param plan: the plan, the prepare task's XCom ``plan`` (``prepare.output["plan"]``).
-        (templated)
+    :param prepare_task_id: the prepare task's task id, with its group prefix
+        (``prepare.task_id``).
+    :param prepare_map_index: the map index of the prepare instance whose load to finalize;
+        default this task's own map index when prepare is mapped (or in a mapped task group),
+        else prepare's only instance. Mapped over tables by hand:
+        ``.expand(prepare_map_index=range(len(tables)))``.
     """
 
-    template_fields: Sequence[str] = ("plan", "postgres_conn_id")
+    template_fields: Sequence[str] = ("postgres_conn_id",)
 
-    def __init__(self, *, plan: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, *, prepare_task_id: str, prepare_map_index: int | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.plan = plan
+        self.prepare_task_id = prepare_task_id
+        self.prepare_map_index = prepare_map_index
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_pg_bulk import figures
 
-        plan = LoadPlan.from_dict(self.plan)
+        map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
+        plan = plan_from_xcom(context, self.prepare_task_id, map_index)
         copies = None
         try:  # the COPY tasks' span, for the whole load's figures (prepare's start is in the plan)
             with closing(self.hook.get_conn()) as conn:
@@ -298,20 +398,32 @@ class PgBulkCleanupOperator(_PgBulkOperator):
     :param table: the target table, as given to prepare. (templated)
     :param prepare_task_id: the prepare task's task id (with its group prefix), from which the
         load id is derived, so cleanup works even when prepare failed.
+    :param prepare_map_index: the map index of the prepare instance whose load to clean up;
+        default this task's own map index when prepare is mapped (or in a mapped task group),
+        else prepare's only instance.
     """
 
     template_fields: Sequence[str] = ("table", "postgres_conn_id")
 
-    def __init__(self, *, table: str, prepare_task_id: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        table: str,
+        prepare_task_id: str,
+        prepare_map_index: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.table = table
         self.prepare_task_id = prepare_task_id
+        self.prepare_map_index = prepare_map_index
 
     def execute(self, context: Context) -> list[str]:
         from airflow_pg_bulk.catalog import split_name
 
         schema, _table = split_name(self.table)
-        load_id = load_id_from_context(context, self.prepare_task_id)
+        map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
+        load_id = load_id_from_context(context, self.prepare_task_id, map_index)
         dropped = self.hook.cleanup(schema, load_id)
         self.log.info("Load %s: dropped %s", load_id, dropped or "nothing (already clean)")
         return dropped
