@@ -165,10 +165,20 @@ def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
     assert dynamic_dagbag.import_errors == {}
     assert set(dynamic_dagbag.dag_ids) == {
         "pg_bulk_upstream_source",
-        "pg_bulk_mapped_prepare",
+        "pg_bulk_mapped_group",
+        "pg_bulk_mapped_operators",
     }
-    prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_prepare").get_task("prepare")
+    prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_operators").get_task("prepare")
     assert prepare.partial_kwargs["mode"] == "append"
+    group = dynamic_dagbag.get_dag("pg_bulk_mapped_group")
+    assert {t.task_id for t in group.tasks} >= {
+        "load_table.load.prepare",
+        "load_table.load.copy_0",
+        "load_table.load.copy_1",
+        "load_table.load.finalize",
+        "load_table.load.cleanup",
+    }
+    assert not any(t.is_mapped for t in group.tasks)  # the group is mapped, no task in it is
 
 
 @pytest.mark.parametrize("mode", ["replace", "append"])
@@ -254,4 +264,83 @@ def test_a_prepare_that_fails_after_its_commit_leaves_nothing(
     assert states[("load_readings.prepare", -1)] == "failed", states
     assert states[("load_readings.cleanup", -1)] == "success", states
     assert db.checksum("items") == before
+
+
+def test_copy_tasks_render_no_plan(dynamic_dagbag, example_conn, tmp_path):
+    """The plan reaches copy and finalize through XCom at run time, not as a rendered
+    template field: what Airflow stores for a COPY task is its partition and connection."""
+    from airflow.models.renderedtifields import RenderedTaskInstanceFields
+
+    db = example_conn
+    create_items(db)
+    whole = write_parts(tmp_path, "items", 2, 100, header=["id", "name", "amount", "day", "note"])
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    files = sorted(str(p) for p in tmp_path.glob("items-*.csv"))
+    conf = {"conn_id": "pg_bulk_example", "table": db.table("items"), "files": files}
+    conf["partitions"] = "2"
+    run, states = _run(dynamic_dagbag, "pg_bulk_upstream_source", {**conf, "mode": "replace"})
+
+    assert run.state == "success", states
+    assert db.checksum("items") == expected
+    copies = [ti for ti in run.get_task_instances() if ti.task_id == "load.copy"]
+    assert len(copies) == 2
+    for ti in copies:
+        fields = RenderedTaskInstanceFields.get_templated_fields(ti)
+        assert set(fields) == {"partition", "postgres_conn_id"}, fields
+        assert fields["partition"] == ti.map_index
+        assert "load_id" not in repr(fields) and "_pgbulk_" not in repr(fields)
+    finalize = next(ti for ti in run.get_task_instances() if ti.task_id == "load.finalize")
+    assert set(RenderedTaskInstanceFields.get_templated_fields(finalize)) == {"postgres_conn_id"}
+
+
+def _two_tables(db, tmp_path, stems=("items_a", "items_b")):
+    """Tables ``items_a`` and ``items_b`` and their CSV files (3 and 2 parts; ids apart);
+    the checksum each should end up with."""
+    expected = {}
+    for parts, stem in zip((3, 2), stems, strict=True):
+        create_items(db, stem)
+        whole = write_parts(
+            tmp_path, stem, parts, 150, header=["id", "name", "amount", "day", "note"]
+        )
+        expected[stem] = plain_copy_checksum(
+            db, whole, "FORMAT csv", name=f"{stem}_reference", like=stem
+        )
+    return expected
+
+
+def test_pg_bulk_load_in_a_mapped_task_group_loads_each_table(
+    dynamic_dagbag, example_conn, tmp_path
+):
+    db = example_conn
+    expected = _two_tables(db, tmp_path)
+    db.run(f"INSERT INTO {db.schema}.items_b VALUES (-1, 'replaced', 1, NULL, NULL)")
+
+    run, states = _run(
+        dynamic_dagbag,
+        "pg_bulk_mapped_group",
+        {"tables": [db.table("items_a"), db.table("items_b")], "dir": str(tmp_path)},
+    )
+
+    assert run.state == "success", states
+    for stem, checksum in expected.items():
+        assert db.checksum(stem) == checksum, stem
+    for task in ("prepare", "copy_0", "copy_1", "finalize", "cleanup"):
+        assert {i for (t, i), s in states.items() if t == f"load_table.load.{task}"} == {0, 1}
+    assert set(states.values()) == {"success"}, states
+    assert leftovers(db) == []
+
+
+def test_operators_mapped_over_tables_by_hand(dynamic_dagbag, example_conn, tmp_path):
+    db = example_conn
+    expected = _two_tables(db, tmp_path)
+
+    run, states = _run(
+        dynamic_dagbag, "pg_bulk_mapped_operators", {"schema": db.schema, "dir": str(tmp_path)}
+    )
+
+    assert run.state == "success", states
+    for stem, checksum in expected.items():
+        assert db.checksum(stem) == checksum, stem
+    for task in ("prepare", "copy", "finalize", "cleanup"):
+        assert {i for (t, i), s in states.items() if t == task} == {0, 1}
     assert leftovers(db) == []
