@@ -344,3 +344,30 @@ def test_operators_mapped_over_tables_by_hand(dynamic_dagbag, example_conn, tmp_
     for task in ("prepare", "copy", "finalize", "cleanup"):
         assert {i for (t, i), s in states.items() if t == task} == {0, 1}
     assert leftovers(db) == []
+
+
+def test_a_failed_load_in_a_mapped_task_group_leaves_the_other_loaded_and_nothing_behind(
+    dynamic_dagbag, example_conn, tmp_path
+):
+    """Each instance of the group is its own load: a bad row in one table's files fails that
+    load (its table unchanged), the other loads, and each cleanup drops its own staging."""
+    db = example_conn
+    expected = _two_tables(db, tmp_path)
+    db.run(f"INSERT INTO {db.schema}.items_b VALUES (-1, 'kept', 1, NULL, NULL)")
+    before = db.checksum("items_b")
+    with (tmp_path / "items_b-1.csv").open("a") as f:
+        f.write("999999,bad,not-a-number,,\n")
+
+    run, states = _run(
+        dynamic_dagbag,
+        "pg_bulk_mapped_group",
+        {"tables": [db.table("items_a"), db.table("items_b")], "dir": str(tmp_path)},
+    )
+
+    assert run.state == "failed"
+    assert db.checksum("items_a") == expected["items_a"]
+    assert db.checksum("items_b") == before
+    assert states[("load_table.load.finalize", 0)] == "success"
+    assert states[("load_table.load.cleanup", 0)] == "success"
+    assert states[("load_table.load.cleanup", 1)] == "success"
+    assert leftovers(db) == []
