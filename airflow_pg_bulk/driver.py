@@ -23,6 +23,7 @@ from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
 log = logging.getLogger(__name__)
 
 COPY_BUFFER = 1 << 20  # bytes handed to the driver per write; see docs/tuning.md
+CANCEL_TIMEOUT = 5.0  # seconds a cancel request may take to reach the server
 
 
 class DatabaseConnection(Protocol):
@@ -75,7 +76,15 @@ def native(conn: Any, statement: pg3sql.Composable) -> Any:
 
 
 def plain_cursor(conn: Any) -> Any:
-    """A cursor returning tuples, whatever cursor the connection's extras asked for."""
+    """A cursor returning tuples, whatever cursor the connection's extras asked for.
+
+    Refused (:class:`TransientLoadError`) on a connection whose task was killed
+    (:func:`stop`): no statement of a killed step starts after the cancel."""
+    if id(conn) in _stopped:
+        raise TransientLoadError(
+            "the task was killed: its running statement was cancelled and no other starts",
+            sqlstate="57014",
+        )
     if is_psycopg2(conn):
         import psycopg2.extensions
 
@@ -158,13 +167,78 @@ def copy_in(conn: Any, statement: pg3sql.Composable, chunks: Iterable[bytes]) ->
         return int(cur.rowcount)
 
 
+def statement_in_flight(conn: Any) -> bool:
+    """True while the connection waits for the result of a statement (or is in a COPY): libpq's
+    ACTIVE transaction status. Reads no lock, so it may be called from another thread or a
+    signal handler while the statement runs."""
+    if conn.closed:
+        return False
+    if is_psycopg2(conn):
+        import psycopg2.extensions
+
+        return conn.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_ACTIVE
+    from psycopg.pq import TransactionStatus
+
+    return conn.pgconn.transaction_status == TransactionStatus.ACTIVE
+
+
+def cancel(conn: Any) -> bool:
+    """Ask the server to cancel the statement the connection is running, if it runs one;
+    True when a cancel request was delivered.
+
+    Safe from another thread or a signal handler (neither driver takes the connection's lock
+    to cancel): psycopg 3's ``cancel_safe()`` (libpq 17's encrypted, bounded cancel; older
+    psycopg: ``cancel()``), psycopg2's ``cancel()``. The server then aborts the statement and
+    its transaction; the waiting caller gets ``QueryCanceled`` (SQLSTATE 57014)."""
+    if not statement_in_flight(conn):
+        return False
+    try:
+        if not is_psycopg2(conn) and hasattr(conn, "cancel_safe"):
+            conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+        else:
+            conn.cancel()
+    except Exception:
+        log.warning("could not cancel the running statement", exc_info=True)
+        return False
+    return True
+
+
+_stopped: set[int] = set()  # id() of the open connections of killed steps
+
+
+def stop(conn: Any) -> bool:
+    """A kill: cancel the running statement (:func:`cancel`) and refuse every further one on
+    this connection, so that a cancel arriving between two statements (which the server
+    ignores) does not let the step go on with the next; True when a statement was cancelled.
+    Takes no lock (a set's add is atomic): safe from another thread or a signal handler."""
+    _stopped.add(id(conn))
+    return cancel(conn)
+
+
 def rollback_quietly(conn: Any) -> None:
     """Roll back, ignoring a failure: the connection may be gone, and then the server rolls
-    back on its own."""
+    back on its own.
+
+    A statement still in flight (an exception such as Airflow's ``AirflowTaskTimeout`` was
+    raised by a signal handler while the driver waited; psycopg 3 cancels by itself only on
+    ``KeyboardInterrupt``) is cancelled first, so the server stops its work instead of running
+    it to the end; the connection is then only fit for closing."""
+    cancel(conn)
     try:
         conn.rollback()
     except Exception:
         log.debug("rollback failed", exc_info=True)
+
+
+def close_cancelling(conn: Any) -> None:
+    """Close the connection, cancelling first a statement still in flight (closing alone
+    would leave the server running it until it next writes to the client)."""
+    cancel(conn)
+    try:
+        conn.close()
+    except Exception:
+        log.debug("close failed", exc_info=True)
+    _stopped.discard(id(conn))
 
 
 def server_version(conn: Any) -> int:

@@ -3,9 +3,9 @@
 replace: build the captured indexes and constraints on staging (each step commits on its own,
 and a retry skips what is built), ANALYZE, then swap staging in for the target in one short
 transaction that carries over triggers, grants, owner, comments, sequences, dependent views
-and referencing foreign keys. append: one ``INSERT ... SELECT`` from staging. Both under
-``lock_timeout`` and an advisory lock on the target; a finalize retried after its commit does
-nothing. See docs/design.md, "finalize".
+and referencing foreign keys. append: one ``INSERT ... SELECT`` from staging. Every statement
+runs under ``lock_timeout``; the swap and the insert under an advisory lock on the target too;
+a finalize retried after its commit does nothing. See docs/design.md, "finalize".
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     locked = False
     try:
         with clock.phase("check"):
-            execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+            # for the whole session: every statement of finalize (the DDL on staging too, which
+            # a killed earlier attempt's backend may still lock) waits at most lock_timeout
+            execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout))
             execute(conn, sql.load_lock(plan.load_id))
             conn.commit()
             locked = True

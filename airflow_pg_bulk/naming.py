@@ -36,6 +36,26 @@ def check_load_id(load_id: str) -> str:
     return load_id
 
 
+APPLICATION_NAME_BYTES = 63  # what PostgreSQL keeps of application_name (NAMEDATALEN - 1)
+
+
+def application_name(load_id: str, what: str, index: int | None = None) -> str:
+    """The ``application_name`` of a load's session: ``pgbulk:<load_id>:<what>[<index>]``.
+
+    ``what`` is ``<dag_id>.<task_id>`` under Airflow, or the step (``copy``) in one process;
+    ``index`` the map index or partition (none or negative: left out). At most 63 bytes, all
+    printable ASCII (anything else becomes ``?``); a long ``what`` loses its middle (``..``),
+    never the load id or the index."""
+    head = f"pgbulk:{check_load_id(load_id)}:"
+    tail = f"[{index}]" if index is not None and index >= 0 else ""
+    text = "".join(c if " " <= c <= "~" else "?" for c in what)
+    room = APPLICATION_NAME_BYTES - len(head) - len(tail)
+    if len(text) > room:
+        keep = room - 2
+        text = text[: keep - keep // 2] + ".." + text[len(text) - keep // 2 :]
+    return head + text + tail
+
+
 def staging_table(load_id: str) -> str:
     """The staging table that the COPY tasks fill."""
     return f"{PREFIX}{check_load_id(load_id)}_stage"

@@ -135,8 +135,12 @@ OPTIONS: tuple[LoadOption, ...] = (
         "docs/tuning.md for the measurement behind the defaults",
         "`True` for replace, `False` for append", "request",
     ),
-    LoadOption("lock_timeout", str, "30s", "longest wait for the target's lock in finalize",
-               "`30s`", "settings"),
+    LoadOption(
+        "lock_timeout", str, "30s",
+        "longest wait for any lock a step takes: the target's in finalize, and the load's own "
+        "tables in prepare, finalize and cleanup",
+        "`30s`", "settings",
+    ),
     LoadOption(
         "maintenance_work_mem", str, "512MB",
         "memory for index builds and constraint validation in finalize", "`512MB`", "settings",

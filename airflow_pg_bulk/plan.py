@@ -276,7 +276,8 @@ class TargetDefinition(PlainData):
 class Settings(PlainData):
     """Tuning and safety settings of a load; every field has a measured default.
 
-    :param lock_timeout: how long finalize waits for the lock on the target (PostgreSQL interval).
+    :param lock_timeout: how long any step waits for a lock: the target's in finalize, the
+        load's own tables in prepare, finalize and cleanup (PostgreSQL interval).
     :param maintenance_work_mem: for index builds and constraint validation in finalize.
     :param synchronous_commit: ``off`` in COPY sessions: a server crash can lose a committed
         partition, which the ledger check in finalize then reports; it never corrupts.

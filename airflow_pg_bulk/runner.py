@@ -13,7 +13,7 @@ from typing import Any
 
 from airflow_pg_bulk import figures, naming, steps
 from airflow_pg_bulk import options as load_options
-from airflow_pg_bulk.driver import connect
+from airflow_pg_bulk.driver import close_cancelling, connect
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import LoadSummary
 from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
@@ -70,9 +70,10 @@ def run_plan(factory: ConnectionFactory, plan: LoadPlan, jobs: int) -> None:
     def work(index: int) -> None:
         conn = factory()
         try:
+            steps.start_session(conn, naming.application_name(plan.load_id, "copy", index))
             steps.copy_partition(conn, plan, index, progress.callback(index))
         finally:
-            conn.close()
+            close_cancelling(conn)
 
     starts = {
         p.index: min((piece.path, piece.first_line) for piece in p.pieces) for p in plan.partitions
@@ -160,7 +161,8 @@ def load(
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
         replace, ``False`` for append.
-    :param lock_timeout: longest wait for the target's lock in finalize; default ``30s``.
+    :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
+        the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
@@ -195,25 +197,28 @@ def load(
     plan: LoadPlan | None = None
     summary: LoadSummary | None = None
     try:
+        steps.start_session(main, naming.application_name(load_id, "prepare"))
         plan = steps.prepare(main, request, load_id)
         plan = figures.stamp_prepare(plan, started_at, time.time())
         workers = jobs or min(len(plan.partitions), 4)
         run_plan(factory, plan, workers)
         copies = figures.copy_span(main, plan)
+        steps.start_session(main, naming.application_name(load_id, "finalize"))
         summary = steps.finalize(main, plan)
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)
         cleanup_started = time.time()
         try:
-            steps.cleanup(main, schema, load_id)
+            steps.start_session(main, naming.application_name(load_id, "cleanup"))
+            steps.cleanup(main, schema, load_id, lock_timeout=request.settings.lock_timeout)
         except Exception:
             log.exception(
                 "cleanup of load %s failed; drop its _pgbulk_%s_* tables by hand",
                 load_id,
                 load_id,
             )
-        main.close()
+        close_cancelling(main)
     ended_at = time.time()
     assert summary is not None  # finalize returned, or its error is on its way up
     return figures.with_phase(summary, "cleanup", cleanup_started, ended_at)

@@ -44,9 +44,21 @@ def _columns(names: Sequence[str]) -> Composed:
 
 def set_config(name: str, value: str, *, local: bool = False) -> Composed:
     """``set_config(name, value, local)``: a session (or transaction) setting."""
-    return SQL("SELECT set_config({}, {}, {})").format(
-        Literal(name), Literal(value), Literal(local)
-    )
+    return SQL("SELECT {}").format(_set_config_call(name, value, local))
+
+
+def _set_config_call(name: str, value: str, local: bool = False) -> Composed:
+    return SQL("set_config({}, {}, {})").format(Literal(name), Literal(value), Literal(local))
+
+
+def session_setup(application_name: str, client_check_interval: str | None) -> Composed:
+    """Name the session (``pg_stat_activity.application_name``) and, where given (PostgreSQL
+    14+), have the server check every ``client_check_interval`` during a long statement that
+    its client is still there, and abort the statement if not (a worker killed with SIGKILL)."""
+    calls = [_set_config_call("application_name", application_name)]
+    if client_check_interval is not None:
+        calls.append(_set_config_call("client_connection_check_interval", client_check_interval))
+    return SQL("SELECT {}").format(SQL(", ").join(calls))
 
 
 def pin_search_path() -> Composed:

@@ -25,11 +25,19 @@ from airflow_pg_bulk import (
     sql,
     translate,
 )
-from airflow_pg_bulk.driver import copy_in, execute, rollback_quietly, scalar, server_version
-from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError
+from airflow_pg_bulk.driver import (
+    copy_in,
+    execute,
+    is_database_error,
+    rollback_quietly,
+    scalar,
+    server_error,
+    server_version,
+)
+from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
-from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan, LoadRequest
+from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan, LoadRequest, Settings
 
 __all__ = [
     "LoadRefusedError",
@@ -38,11 +46,34 @@ __all__ = [
     "copy_partition",
     "finalize",
     "prepare",
+    "start_session",
 ]
 
 log = logging.getLogger(__name__)
 
 ProgressCallback = Callable[[int, int], None]  # (bytes so far, bytes expected or 0)
+
+CLIENT_CHECK_INTERVAL = "10s"  # a backend whose client died stops its statement within this
+CLEANUP_ATTEMPTS = 3  # cleanup's tries at a drop that meets lock_timeout
+CLEANUP_BACKOFF = 1.0  # seconds before the second try, doubled before each next one
+
+
+# --- every step ------------------------------------------------------------------------------
+
+
+def start_session(conn: Any, application_name: str) -> None:
+    """Prepare a step's new session: name it (see :func:`airflow_pg_bulk.naming.application_name`:
+    a DBA sees the load, DAG, task and map index in ``pg_stat_activity``) and, on PostgreSQL 14+,
+    set ``client_connection_check_interval`` so that a statement whose client was killed
+    (SIGKILL: no cancel could be sent) stops within seconds instead of running to its end.
+    Commits (a session setting set in a transaction that rolls back would be undone)."""
+    check = CLIENT_CHECK_INTERVAL if server_version(conn) >= 140000 else None
+    try:
+        execute(conn, sql.session_setup(application_name, check))
+        conn.commit()
+    except BaseException:
+        rollback_quietly(conn)
+        raise
 
 
 # --- prepare ---------------------------------------------------------------------------------
@@ -94,6 +125,8 @@ def prepare(
             logical_date=logical_date,
         )
         digest = planning.plan_digest(plan)
+        # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout
+        execute(conn, sql.set_config("lock_timeout", request.settings.lock_timeout, local=True))
         resumed = _can_resume(conn, plan, digest)
         if not resumed:
             _drop_run_tables(conn, schema, load_id)
@@ -105,7 +138,7 @@ def prepare(
         catalog.create_if_missing(conn, plan.history_table, sql.create_load_history)
         conn.commit()
     except BaseException:
-        conn.rollback()
+        rollback_quietly(conn)
         raise
     log.info(
         "Prepared load %s into %s (%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
@@ -315,14 +348,73 @@ def complete_and_finalize(
 # --- cleanup ---------------------------------------------------------------------------------
 
 
-def cleanup(conn: Any, schema: str, load_id: str) -> list[str]:
-    """Drop every table this load created (staging, ledger); never the target. Idempotent."""
-    try:
-        dropped = _drop_run_tables(conn, schema, load_id)
-        conn.commit()
-    except BaseException:
-        rollback_quietly(conn)
-        raise
+def cleanup(
+    conn: Any,
+    schema: str,
+    load_id: str,
+    *,
+    lock_timeout: str = Settings.lock_timeout,
+    attempts: int = CLEANUP_ATTEMPTS,
+    backoff: float = CLEANUP_BACKOFF,
+) -> list[str]:
+    """Drop every table this load created (staging, ledger); never the target. Idempotent.
+
+    Each table is dropped in its own transaction under ``lock_timeout``; a drop that meets it
+    (another session still holds a lock on the table: a killed task's backend that has not
+    ended yet, a report reading staging) is tried again after ``backoff`` seconds, doubled
+    each time, ``attempts`` times in all. Then :class:`TransientLoadError` names the tables
+    left. So cleanup waits at most about ``attempts * lock_timeout`` per table plus the
+    pauses. Returns the names dropped."""
+    dropped: list[str] = []
+    for attempt in range(1, attempts + 1):
+        try:
+            left = _drop_each(conn, schema, load_id, lock_timeout, dropped)
+        except BaseException:
+            rollback_quietly(conn)
+            raise
+        if not left:
+            break
+        if attempt == attempts:
+            raise TransientLoadError(
+                f"cleanup of load {load_id}: could not drop {', '.join(left)} in schema "
+                f"{schema}: another session held a lock on it past lock_timeout "
+                f"({lock_timeout}) {attempts} times. Retry the cleanup task, or drop them by "
+                "hand once that session has ended (see pg_locks)",
+                sqlstate="55P03",
+            )
+        pause = backoff * 2 ** (attempt - 1)
+        log.warning(
+            "Cleanup of load %s: %s locked by another session; trying again in %.1f s",
+            load_id,
+            ", ".join(left),
+            pause,
+        )
+        time.sleep(pause)
     if dropped:
         log.info("Cleanup of load %s dropped %s", load_id, ", ".join(dropped))
     return dropped
+
+
+def _drop_each(
+    conn: Any, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
+) -> list[str]:
+    """Drop the run's tables one transaction each, appending to ``dropped``; return those a
+    lock timeout left."""
+    left = []
+    names = [
+        row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
+    ]
+    conn.commit()
+    for name in names:
+        try:
+            execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
+            execute(conn, sql.drop_table(schema, name, if_exists=True))
+            conn.commit()
+        except Exception as exc:
+            if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+                raise
+            rollback_quietly(conn)
+            left.append(name)
+            continue
+        dropped.append(name)
+    return left

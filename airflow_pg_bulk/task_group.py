@@ -91,7 +91,8 @@ def pg_bulk_load(
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
         replace, ``False`` for append.
-    :param lock_timeout: longest wait for the target's lock in finalize; default ``30s``.
+    :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
+        the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
@@ -164,6 +165,7 @@ def pg_bulk_load(
             postgres_conn_id=postgres_conn_id,
             table=table,
             prepare_task_id=prepare.task_id,
+            lock_timeout=lock_timeout,
             **settings,
         )
         prepare >> copies >> finalize >> cleanup.as_teardown(setups=prepare)

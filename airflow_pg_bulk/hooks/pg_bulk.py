@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.postgres.hooks.postgres import PostgresHook
+
+from airflow_pg_bulk import naming
 
 if TYPE_CHECKING:  # the steps (and with them the SQL and splitting) are imported when run
     from airflow_pg_bulk.figures import LoadSummary, PartitionResult
@@ -18,52 +20,106 @@ class PgBulkHook(PostgresHook):
 
     It uses the ordinary ``postgres`` connection type (``postgres_conn_id``), so connections,
     extras and secrets backends work as for any Postgres task. Each step opens its own
-    connection (psycopg 3 under Airflow 3.3, psycopg2 where the provider hands those out) and
-    closes it when done.
+    connection (psycopg 3 under Airflow 3.3, psycopg2 where the provider hands those out), names
+    its session (``application_name``, see :func:`airflow_pg_bulk.naming.application_name`;
+    each step takes it as ``application_name``, by default ``pgbulk:<load_id>:<step>``) and
+    closes it when done, cancelling first a statement still running. :meth:`cancel` cancels
+    the running statement from another thread or a signal handler.
 
     :param postgres_conn_id: the Airflow connection id of the target database.
     """
 
     hook_name = "Postgres (bulk load)"
+    _in_use: Any = None  # the connection of the step running now (read by cancel)
 
     @contextmanager
-    def _bulk_connection(self) -> Iterator[Any]:
-        with closing(self.get_conn()) as conn:
+    def _bulk_connection(self, application_name: str) -> Iterator[Any]:
+        from airflow_pg_bulk import driver, steps
+
+        conn = self.get_conn()
+        self._in_use = conn
+        try:
+            steps.start_session(conn, application_name)
             yield conn
+        finally:
+            self._in_use = None
+            driver.close_cancelling(conn)
+
+    def cancel(self) -> bool:
+        """Stop the step in progress: cancel the statement the server runs for it and refuse
+        any further statement on its connection (see :func:`airflow_pg_bulk.driver.stop`);
+        True when a step was in progress. Takes no lock: safe from another thread and from a
+        signal handler that interrupted the step (Airflow's SIGTERM handler calls
+        ``on_kill``). The step then fails with the server's ``QueryCanceled`` or, between
+        statements, with :class:`~airflow_pg_bulk.errors.TransientLoadError`."""
+        conn = self._in_use
+        if conn is None:
+            return False
+        from airflow_pg_bulk import driver
+
+        driver.stop(conn)
+        return True
 
     def prepare(
-        self, request: LoadRequest, load_id: str, *, logical_date: str | None = None
+        self,
+        request: LoadRequest,
+        load_id: str,
+        *,
+        logical_date: str | None = None,
+        application_name: str | None = None,
     ) -> LoadPlan:
         """Validate, capture the target's definition, create staging; return the plan.
 
         :param logical_date: the DAG run's logical date (ISO 8601), kept with the load."""
         from airflow_pg_bulk import steps
 
-        with self._bulk_connection() as conn:
+        name = application_name or naming.application_name(load_id, "prepare")
+        with self._bulk_connection(name) as conn:
             return steps.prepare(conn, request, load_id, logical_date=logical_date)
 
     def copy_partition(
-        self, plan: LoadPlan, index: int, progress: Callable[[int, int], None] | None = None
+        self,
+        plan: LoadPlan,
+        index: int,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        application_name: str | None = None,
     ) -> PartitionResult:
         """COPY one partition into staging, exactly once."""
         from airflow_pg_bulk import steps
 
-        with self._bulk_connection() as conn:
+        name = application_name or naming.application_name(plan.load_id, "copy", index)
+        with self._bulk_connection(name) as conn:
             return steps.copy_partition(conn, plan, index, progress)
 
     def finalize(
-        self, plan: LoadPlan, progress: Callable[[int, int], None] | None = None
+        self,
+        plan: LoadPlan,
+        progress: Callable[[int, int], None] | None = None,
+        *,
+        application_name: str | None = None,
     ) -> LoadSummary:
         """COPY any partition the ledger lacks (after a partial clear), then build indexes
         and constraints and swap (replace) or insert (append) atomically."""
         from airflow_pg_bulk import steps
 
-        with self._bulk_connection() as conn:
+        name = application_name or naming.application_name(plan.load_id, "finalize")
+        with self._bulk_connection(name) as conn:
             return steps.complete_and_finalize(conn, plan, progress)
 
-    def cleanup(self, schema: str, load_id: str) -> list[str]:
-        """Drop the run's staging and ledger tables; returns their names."""
+    def cleanup(
+        self,
+        schema: str,
+        load_id: str,
+        *,
+        lock_timeout: str | None = None,
+        application_name: str | None = None,
+    ) -> list[str]:
+        """Drop the run's staging and ledger tables, each waiting at most ``lock_timeout`` (a
+        few times: see :func:`airflow_pg_bulk.steps.cleanup`); returns their names."""
         from airflow_pg_bulk import steps
 
-        with self._bulk_connection() as conn:
-            return steps.cleanup(conn, schema, load_id)
+        name = application_name or naming.application_name(load_id, "cleanup")
+        timeouts = {"lock_timeout": lock_timeout} if lock_timeout else {}
+        with self._bulk_connection(name) as conn:
+            return steps.cleanup(conn, schema, load_id, **timeouts)

@@ -99,6 +99,15 @@ def logical_date(context: Context) -> str | None:
     return when.isoformat() if when is not None else None
 
 
+def session_name(context: Context, load_id: str) -> str:
+    """The ``application_name`` of the task's session: ``pgbulk:<load_id>:<dag_id>.<task_id>``
+    with ``[<map index>]`` for a mapped task (63 bytes at most, keeping the load id)."""
+    ti = context["ti"]
+    return naming.application_name(
+        load_id, f"{ti.dag_id}.{ti.task_id}", getattr(ti, "map_index", None)
+    )
+
+
 class _PgBulkOperator(BaseOperator):
     """Shared by the bulk-load operators: the connection id and the hook."""
 
@@ -114,6 +123,14 @@ class _PgBulkOperator(BaseOperator):
         from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
 
         return PgBulkHook(postgres_conn_id=self.postgres_conn_id)
+
+    def on_kill(self) -> None:
+        """Cancel the statement the server runs for this task. Airflow calls this from its
+        SIGTERM handler (the task was marked failed or cleared, the worker is shutting down)
+        and after an ``execution_timeout``; a statement interrupted by the timeout itself is
+        cancelled as its exception leaves the step."""
+        if "hook" in self.__dict__ and self.hook.cancel():  # (no hook: nothing ran)
+            self.log.warning("Killed: cancelled the statement running for %s", self.task_id)
 
 
 class PgBulkPrepareOperator(_PgBulkOperator):
@@ -156,7 +173,8 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
         replace, ``False`` for append.
-    :param lock_timeout: longest wait for the target's lock in finalize; default ``30s``.
+    :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
+        the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
@@ -248,7 +266,12 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         load_id = load_id_from_context(context, self.task_id, context["ti"].map_index)
         try:
             with _terminal_errors_fail():
-                plan = self.hook.prepare(request, load_id, logical_date=logical_date(context))
+                plan = self.hook.prepare(
+                    request,
+                    load_id,
+                    logical_date=logical_date(context),
+                    application_name=session_name(context, load_id),
+                )
         except AirflowFailException as exc:
             if isinstance(exc.__cause__, AlreadyLoadedError):  # a finished append, cleared
                 raise AirflowSkipException(str(exc)) from exc
@@ -322,13 +345,14 @@ class PgBulkCopyOperator(_PgBulkOperator):
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
         numbers = self.partition_numbers(len(plan.partitions))
-        results = [self._copy(plan, index) for index in numbers]
+        name = session_name(context, plan.load_id)
+        results = [self._copy(plan, index, name) for index in numbers]
         if not numbers:
             self.log.info("No partition of %d is this task's", len(plan.partitions))
         single = not self.partition_stride and not isinstance(self.partition, (list, tuple))
         return results[0] if single else results
 
-    def _copy(self, plan: LoadPlan, index: int) -> dict[str, Any]:
+    def _copy(self, plan: LoadPlan, index: int, session: str) -> dict[str, Any]:
         part = plan.partition(index)
         self.log.info(
             "Partition %d: %d pieces, %.1f MB: %s",
@@ -342,7 +366,7 @@ class PgBulkCopyOperator(_PgBulkOperator):
             self.log.info("Partition %d: %.1f of %.1f MB copied", index, done / 1e6, expected / 1e6)
 
         with _terminal_errors_fail():
-            result = self.hook.copy_partition(plan, index, progress)
+            result = self.hook.copy_partition(plan, index, progress, application_name=session)
         return result.to_dict()
 
 
@@ -384,7 +408,7 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
         except Exception:  # finalize says what is wrong with the ledger
             self.log.warning("could not read the COPY times from the ledger", exc_info=True)
         with _terminal_errors_fail():
-            summary = self.hook.finalize(plan)
+            summary = self.hook.finalize(plan, application_name=session_name(context, plan.load_id))
         summary = figures.whole_load(summary, plan, copies, time.time())
         self.log.info("%s", summary.describe())
         return summary.to_dict()
@@ -401,6 +425,9 @@ class PgBulkCleanupOperator(_PgBulkOperator):
     :param prepare_map_index: the map index of the prepare instance whose load to clean up;
         default this task's own map index when prepare is mapped (or in a mapped task group),
         else prepare's only instance.
+    :param lock_timeout: the load's ``lock_timeout``: the longest wait for the lock on one of
+        the run's tables, tried a few times before cleanup fails naming what is left; default
+        ``30s``.
     """
 
     template_fields: Sequence[str] = ("table", "postgres_conn_id")
@@ -411,12 +438,14 @@ class PgBulkCleanupOperator(_PgBulkOperator):
         table: str,
         prepare_task_id: str,
         prepare_map_index: int | None = None,
+        lock_timeout: str = options.BY_NAME["lock_timeout"].default,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
         self.table = table
         self.prepare_task_id = prepare_task_id
         self.prepare_map_index = prepare_map_index
+        self.lock_timeout = lock_timeout
 
     def execute(self, context: Context) -> list[str]:
         from airflow_pg_bulk.catalog import split_name
@@ -424,6 +453,11 @@ class PgBulkCleanupOperator(_PgBulkOperator):
         schema, _table = split_name(self.table)
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         load_id = load_id_from_context(context, self.prepare_task_id, map_index)
-        dropped = self.hook.cleanup(schema, load_id)
+        dropped = self.hook.cleanup(
+            schema,
+            load_id,
+            lock_timeout=self.lock_timeout,
+            application_name=session_name(context, load_id),
+        )
         self.log.info("Load %s: dropped %s", load_id, dropped or "nothing (already clean)")
         return dropped
