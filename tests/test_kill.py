@@ -1,0 +1,224 @@
+"""A killed or timed-out task stops the server's work; sessions are named; cleanup is bounded.
+
+The statement is made slow on the real server with the traps of ``test_server_faults`` (an
+expression index over a plpgsql function that sleeps) or by a lock the test holds; the task is
+then killed the way Airflow 3.3 kills it: ``on_kill()`` (the SIGTERM handler calls it, here from
+another thread), or an ``execution_timeout`` run through the task runner's own
+``_run_execute_callable`` (SIGALRM raises ``AirflowTaskTimeout`` in the main thread while psycopg
+waits, then ``on_kill()``). Nothing of the server's behaviour is mocked; Airflow's context is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Database
+from helpers import leftovers, sqlstate_of
+from psycopg import sql
+from test_server_faults import (
+    Background,
+    Target,
+    arm,
+    build_target,
+    caught,
+    copy,
+    mark_id,
+    new_rows,
+    prepare,
+    request,
+    write_source,
+)
+
+from airflow_pg_bulk import naming, runner
+from airflow_pg_bulk.demo.connection import airflow_connection_json
+from airflow_pg_bulk.errors import TransientLoadError
+from airflow_pg_bulk.operators.pg_bulk import PgBulkCleanupOperator, PgBulkFinalizeOperator
+from airflow_pg_bulk.plan import LoadPlan, Settings
+
+CONN_ID = "pg_bulk_kill"
+DAG_ID = "kill_dag"
+STOPPED_WITHIN = 3.0  # seconds: less than the sessions' client_connection_check_interval
+
+
+@pytest.fixture
+def airflow_conn(monkeypatch: pytest.MonkeyPatch, db: Database) -> Database:
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", airflow_connection_json(db.dsn))
+    return db
+
+
+def context(task_id: str, map_index: int = -1) -> dict[str, Any]:
+    """What the operators read of Airflow's context."""
+    ti = SimpleNamespace(dag_id=DAG_ID, task_id=task_id, map_index=map_index)
+    return {"ti": ti, "dag": SimpleNamespace(dag_id=DAG_ID), "run_id": "manual__kill"}
+
+
+def finalize_operator(plan: LoadPlan, **kwargs: Any) -> PgBulkFinalizeOperator:
+    return PgBulkFinalizeOperator(
+        task_id="load.finalize", postgres_conn_id=CONN_ID, plan=plan.to_dict(), **kwargs
+    )
+
+
+def session_of(plan: LoadPlan) -> str:
+    return naming.application_name(plan.load_id, f"{DAG_ID}.load.finalize")
+
+
+def assert_stopped(db: Database, name: str, since: float) -> None:
+    """No statement of the session ``name`` is active, within STOPPED_WITHIN s of ``since``."""
+    while db.scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'",
+        name,
+    ):
+        assert time.monotonic() - since < STOPPED_WITHIN, f"{name} still runs a statement"
+        time.sleep(0.02)
+
+
+def loaded_plan(
+    db: Database, tmp_path: Any, load_id: str | None = None, **kwargs: Any
+) -> tuple[LoadPlan, Target]:
+    """The fault tests' target with old rows, and a replace load of new rows copied."""
+    build_target(db)
+    target = Target(db)
+    path = write_source(tmp_path, new_rows("replace"))
+    plan = prepare(db, request(db, path, "replace", **kwargs), load_id)
+    copy(db, plan)
+    return plan, target
+
+
+def test_on_kill_during_create_index_cancels_it(airflow_conn, tmp_path):
+    db = airflow_conn
+    plan, target = loaded_plan(db, tmp_path)
+    arm(db, "index", mark_id("replace"))  # the build of the trap index sleeps 60 s
+    operator = finalize_operator(plan)
+    step = Background(lambda: operator.execute(context("load.finalize")))
+
+    caught(db, "CREATE INDEX", step=step, application=session_of(plan))
+    killed = time.monotonic()
+    threading.Thread(target=operator.on_kill).start()  # as Airflow's SIGTERM handler would
+
+    assert_stopped(db, session_of(plan), killed)
+    error = step.join(STOPPED_WITHIN)
+    assert isinstance(error, TransientLoadError), repr(error)
+    assert sqlstate_of(error) == "57014"
+    assert time.monotonic() - killed < STOPPED_WITHIN
+    target.untouched()
+
+
+def test_on_kill_during_the_swap_lock_wait_cancels_it(airflow_conn, tmp_path):
+    db = airflow_conn
+    plan, target = loaded_plan(db, tmp_path, settings=Settings(lock_timeout="2min"))
+    blocker = psycopg.connect(db.dsn)  # a report reading the target in a long transaction
+    try:
+        blocker.execute(sql.SQL("SELECT count(*) FROM {}").format(db.ident("items")))
+        operator = finalize_operator(plan)
+        step = Background(lambda: operator.execute(context("load.finalize")))
+        caught(db, "LOCK TABLE", waiting="relation", step=step, application=session_of(plan))
+        killed = time.monotonic()
+        threading.Thread(target=operator.on_kill).start()
+
+        assert_stopped(db, session_of(plan), killed)
+        error = step.join(STOPPED_WITHIN)
+        assert isinstance(error, TransientLoadError), repr(error)
+        assert sqlstate_of(error) == "57014"
+    finally:
+        blocker.close()
+    target.untouched()
+
+
+def test_execution_timeout_cancels_the_running_statement(airflow_conn, tmp_path):
+    """The task runner's own timeout path: SIGALRM raises in this (main) thread while psycopg
+    waits for the CREATE INDEX; psycopg does not cancel for it; the step does."""
+    from airflow.sdk.exceptions import AirflowTaskTimeout
+    from airflow.sdk.execution_time.task_runner import _run_execute_callable
+
+    db = airflow_conn
+    plan, target = loaded_plan(db, tmp_path)
+    arm(db, "index", mark_id("replace"))
+    operator = finalize_operator(plan, execution_timeout=timedelta(seconds=3))
+    seen: list[int] = []
+    watcher = threading.Thread(
+        target=lambda: seen.append(caught(db, "CREATE INDEX", application=session_of(plan))),
+        daemon=True,
+    )
+    watcher.start()
+
+    with pytest.raises(AirflowTaskTimeout):
+        _run_execute_callable(context("load.finalize"), operator.execute, operator)
+    timed_out = time.monotonic()
+
+    watcher.join(5)
+    assert seen, "the CREATE INDEX was not seen running under the session's name"
+    assert_stopped(db, session_of(plan), timed_out)
+    target.untouched()
+    assert operator.hook._in_use is None  # the step's connection is closed
+
+
+def test_in_process_runner_names_each_step(db, tmp_path):
+    build_target(db)
+    path = write_source(tmp_path, new_rows("replace"))
+    arm(db, "index", mark_id("replace"), secs=1.5)  # time to see finalize's session
+    load_id = naming.new_load_id()
+    step = Background(
+        lambda: runner.load(
+            db.dsn,
+            db.table("items"),
+            str(path),
+            mode="replace",
+            columns=["id", "name", "amount", "gid", "day", "note"],
+            load_id=load_id,
+        )
+    )
+    assert caught(db, "CREATE INDEX", step=step, application=f"pgbulk:{load_id}:finalize")
+    assert step.join(60) is None
+    assert leftovers(db) == []
+
+
+def test_cleanup_blocked_by_a_lock_fails_within_its_bound_naming_what_is_left(
+    airflow_conn, tmp_path
+):
+    db = airflow_conn
+    load_id = naming.load_id_for(DAG_ID, "manual__kill", "load.prepare")  # the task's load
+    plan, _target = loaded_plan(db, tmp_path, load_id)
+    blocker = psycopg.connect(db.dsn)  # e.g. a killed finalize's backend that has not ended
+    try:
+        blocker.execute(sql.SQL("SELECT count(*) FROM {}").format(db.ident(plan.staging_table)))
+        operator = PgBulkCleanupOperator(
+            task_id="load.cleanup",
+            postgres_conn_id=CONN_ID,
+            table=db.table("items"),
+            prepare_task_id="load.prepare",
+            lock_timeout="200ms",
+        )
+        started = time.monotonic()
+        with pytest.raises(TransientLoadError) as info:
+            operator.execute(context("load.cleanup"))
+        # 3 tries of 200 ms, 1 s and 2 s apart
+        assert time.monotonic() - started < 8
+        assert plan.staging_table in str(info.value)
+        assert plan.ledger_table not in str(info.value)
+        assert leftovers(db) == [plan.staging_table]  # the ledger was dropped
+    finally:
+        blocker.close()
+    assert operator.execute(context("load.cleanup")) == [plan.staging_table]
+    assert leftovers(db) == []
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+def test_a_kill_between_statements_refuses_the_next_one(db, driver):
+    """A cancel that reaches the server between two statements is ignored by it: the kill
+    must still keep the step from starting its next statement."""
+    from airflow_pg_bulk import driver as adapter
+
+    conn = adapter.connect(db.dsn, driver)
+    try:
+        assert adapter.stop(conn) is False  # nothing was running
+        with pytest.raises(TransientLoadError, match="killed"):
+            adapter.execute(conn, sql.SQL("SELECT 1"))
+    finally:
+        adapter.close_cancelling(conn)
+    assert id(conn) not in adapter._stopped
