@@ -78,3 +78,23 @@ def test_temporary_names_map_back_to_the_originals() -> None:
     indexes, constraints = naming.temp_names(p)
     text = f"{indexes['readings_meter_idx']} on {p.staging_table} ({constraints['readings_pkey']})"
     assert naming.original_names(p, text) == "readings_meter_idx on readings (readings_pkey)"
+
+
+@pytest.mark.parametrize(
+    ("what", "index", "expected"),
+    [
+        ("copy", 2, f"pgbulk:{LOAD_ID}:copy[2]"),
+        ("dag.load.finalize", -1, f"pgbulk:{LOAD_ID}:dag.load.finalize"),
+        ("dag.t", None, f"pgbulk:{LOAD_ID}:dag.t"),
+        ("dägé\n", 0, f"pgbulk:{LOAD_ID}:d?g??[0]"),
+    ],
+)
+def test_application_name(what, index, expected):
+    assert naming.application_name(LOAD_ID, what, index) == expected
+
+
+def test_a_long_application_name_loses_its_middle_not_the_load_id_or_index():
+    name = naming.application_name(LOAD_ID, "d" * 50 + "." + "t" * 50, 12)
+    assert len(name.encode()) == 63
+    assert name.startswith(f"pgbulk:{LOAD_ID}:ddd") and name.endswith("ttt[12]")
+    assert ".." in name
