@@ -52,15 +52,22 @@ def airflow_conn(monkeypatch: pytest.MonkeyPatch, db: Database) -> Database:
     return db
 
 
-def context(task_id: str, map_index: int = -1) -> dict[str, Any]:
-    """What the operators read of Airflow's context."""
-    ti = SimpleNamespace(dag_id=DAG_ID, task_id=task_id, map_index=map_index)
-    return {"ti": ti, "dag": SimpleNamespace(dag_id=DAG_ID), "run_id": "manual__kill"}
+def context(task_id: str, plan: LoadPlan | None = None, map_index: int = -1) -> dict[str, Any]:
+    """What the operators read of Airflow's context (prepare's XCom holds ``plan``)."""
+    ti = SimpleNamespace(
+        dag_id=DAG_ID,
+        task_id=task_id,
+        map_index=map_index,
+        xcom_pull=lambda **_: plan.to_dict() if plan else None,
+    )
+    prepare = SimpleNamespace(is_mapped=False, get_closest_mapped_task_group=lambda: None)
+    dag = SimpleNamespace(dag_id=DAG_ID, get_task=lambda _task_id: prepare)
+    return {"ti": ti, "dag": dag, "run_id": "manual__kill"}
 
 
 def finalize_operator(plan: LoadPlan, **kwargs: Any) -> PgBulkFinalizeOperator:
     return PgBulkFinalizeOperator(
-        task_id="load.finalize", postgres_conn_id=CONN_ID, plan=plan.to_dict(), **kwargs
+        task_id="load.finalize", postgres_conn_id=CONN_ID, prepare_task_id="load.prepare", **kwargs
     )
 
 
@@ -95,7 +102,7 @@ def test_on_kill_during_create_index_cancels_it(airflow_conn, tmp_path):
     plan, target = loaded_plan(db, tmp_path)
     arm(db, "index", mark_id("replace"))  # the build of the trap index sleeps 60 s
     operator = finalize_operator(plan)
-    step = Background(lambda: operator.execute(context("load.finalize")))
+    step = Background(lambda: operator.execute(context("load.finalize", plan)))
 
     caught(db, "CREATE INDEX", step=step, application=session_of(plan))
     killed = time.monotonic()
@@ -116,7 +123,7 @@ def test_on_kill_during_the_swap_lock_wait_cancels_it(airflow_conn, tmp_path):
     try:
         blocker.execute(sql.SQL("SELECT count(*) FROM {}").format(db.ident("items")))
         operator = finalize_operator(plan)
-        step = Background(lambda: operator.execute(context("load.finalize")))
+        step = Background(lambda: operator.execute(context("load.finalize", plan)))
         caught(db, "LOCK TABLE", waiting="relation", step=step, application=session_of(plan))
         killed = time.monotonic()
         threading.Thread(target=operator.on_kill).start()
@@ -148,7 +155,7 @@ def test_execution_timeout_cancels_the_running_statement(airflow_conn, tmp_path)
     watcher.start()
 
     with pytest.raises(AirflowTaskTimeout):
-        _run_execute_callable(context("load.finalize"), operator.execute, operator)
+        _run_execute_callable(context("load.finalize", plan), operator.execute, operator)
     timed_out = time.monotonic()
 
     watcher.join(5)
