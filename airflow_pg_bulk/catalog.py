@@ -158,7 +158,7 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
 def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) -> None:
     """Raise :class:`LoadRefusedError` before anything is loaded when the session's role lacks
     a privilege the load needs (see the README's privileges table)."""
-    owner, insert, create, role = execute(conn, sql.loader_privileges(target.oid))[0]
+    owner, insert, create, role, update = execute(conn, sql.loader_privileges(target.oid))[0]
     name = target.qualified
     if mode == "replace" and not owner:
         raise LoadRefusedError(
@@ -167,6 +167,10 @@ def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) ->
         )
     if mode == "append" and not insert:
         raise LoadRefusedError(f"append to {name} needs INSERT on it for the role {role}")
+    if mode == "upsert" and not (insert and update):
+        raise LoadRefusedError(
+            f"upsert into {name} needs INSERT and UPDATE on it for the role {role}"
+        )
     if not create:
         raise LoadRefusedError(
             f"the load needs CREATE on schema {target.schema} for the role {role}: its staging "

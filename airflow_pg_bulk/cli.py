@@ -1,7 +1,7 @@
 """``airflow-pg-bulk``: load files without a scheduler, or run the demo.
 
     airflow-pg-bulk [-q] load --conn DSN --table SCHEMA.TABLE --source PATH_OR_GLOB
-        --mode replace|append [--source ...] [one flag per load option] [--jobs N] [--json]
+        --mode replace|append|upsert [--source ...] [one flag per load option] [--jobs N] [--json]
     airflow-pg-bulk [-q] demo [--conn DSN] [--days D] [--meters M] [--partitions N] [--no-airflow]
 
 The load flags are generated from :mod:`airflow_pg_bulk.options` (``--help`` lists them with

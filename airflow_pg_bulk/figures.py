@@ -72,7 +72,11 @@ class LoadSummary(PlainData):
     alone (``started_at`` 0) say so.
 
     ``records`` is what the COPY tasks read from the source and sent; every one of them was
-    accounted for (``rows`` loaded + ``rejects`` set aside), or the load failed."""
+    accounted for (``rows`` loaded + ``rejects`` set aside), or the load failed.
+
+    ``inserted``/``updated``: an upsert's new rows and rows replaced (``None``: not an upsert,
+    or a finalize retried after its commit); loaded rows beyond their sum were superseded by a
+    later row with the same key."""
 
     table: str
     mode: str
@@ -84,6 +88,8 @@ class LoadSummary(PlainData):
     records: int = 0
     started_at: float = 0.0
     ended_at: float = 0.0
+    inserted: int | None = None
+    updated: int | None = None
 
     @property
     def whole(self) -> bool:
@@ -141,6 +147,12 @@ class LoadSummary(PlainData):
             f"  {self.records:,} records read from the source: {self.rows:,} loaded, "
             f"{self.rejects:,} rejected" + (" (see the reject table)" if self.rejects else "")
         )
+        if self.inserted is not None and self.updated is not None:
+            superseded = self.rows - self.inserted - self.updated
+            lines.append(
+                f"  upsert: {self.inserted:,} rows inserted, {self.updated:,} updated, "
+                f"{superseded:,} superseded by a later row with the same key"
+            )
         for name, secs in self.seconds.items():
             note = f"  ({WAIT_PHASES[name]})" if name in WAIT_PHASES else ""
             lines.append(f"  {name:<14} {secs:8.2f} s{note}")

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import catalog, naming, planning, sql, translate
+from airflow_pg_bulk import catalog, history, naming, planning, sql, translate, upsert
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
 from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
@@ -32,6 +32,7 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
     clock = PhaseClock()
     t = plan.target
     locked = False
+    merged: tuple[int, int] | None = None  # upsert: rows inserted, updated
     try:
         with clock.phase("check"):
             # for the whole session: every statement of finalize (the DDL on staging too, which
@@ -51,6 +52,8 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
             )
         elif plan.mode == "replace":
             _finalize_replace(conn, plan, clock, rows, nbytes, rejected)
+        elif plan.mode == "upsert":
+            merged = upsert.finalize_upsert(conn, plan, clock, rows, nbytes, rejected)
         else:
             _finalize_append(conn, plan, clock, rows, nbytes, rejected)
     except BaseException as exc:
@@ -68,6 +71,8 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
         clock.seconds,
         rejected,
         records=rows + rejected,  # each partition's accounting checked rows + rejects = records
+        inserted=merged[0] if merged else None,
+        updated=merged[1] if merged else None,
     )
     log.info(
         "Finalized load %s: %d rows now in %s (%s); finalize phases: %s",
@@ -188,7 +193,7 @@ def _finalize_append(
         if inserted != rows:
             conn.rollback()
             raise _staging_lost(plan, inserted, rows)
-        _record(conn, plan, rows, nbytes, rejected)
+        history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
     if plan.settings.analyze:
         with clock.phase("analyze"):
@@ -203,7 +208,9 @@ def _finalize_replace(
     finalize are skipped, so a retry goes on where the last one stopped."""
     t = plan.target
     stage = plan.staging_table
-    refuse_overwriting_newer(conn, plan)  # early, before the index builds; again in the swap
+    history.refuse_overwriting_newer(
+        conn, plan
+    )  # early, before the index builds; again in the swap
     built = _staging_state(conn, plan)
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     if ("persistence", Persistence.UNLOGGED) in built:
@@ -240,54 +247,8 @@ def _finalize_replace(
             conn.commit()
     with clock.phase("swap"):
         _swap(conn, plan, index_names, constraint_names)
-        _record(conn, plan, rows, nbytes, rejected)
+        history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
-
-
-def _record(conn: Any, plan: LoadPlan, rows: int, nbytes: int, rejected: int) -> None:
-    """In the transaction that makes the load visible: note it in the ledger (a retried
-    finalize then does nothing) and in the load history (kept after cleanup)."""
-    t = plan.target
-    execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
-    history = plan.history_table
-    catalog.create_if_missing(conn, history, sql.create_load_history)  # (dropped since prepare?)
-    execute(
-        conn,
-        sql.record_load(
-            *history,
-            load_id=plan.load_id,
-            target=t.qualified,
-            mode=plan.mode,
-            logical_date=plan.logical_date,
-            rows=rows,
-            rejects=rejected,
-        ),
-    )
-
-
-def refuse_overwriting_newer(conn: Any, plan: LoadPlan) -> None:
-    """A replace must not overwrite the rows of a load whose logical date is later (two runs
-    of one DAG at once, or a late retry of an old run): refuse, naming that load."""
-    history = plan.history_table
-    if plan.logical_date is None or not scalar(conn, sql.relation_exists(*history)):
-        return
-    newer = execute(
-        conn,
-        sql.newer_load(
-            *history,
-            target=plan.target.qualified,
-            logical_date=plan.logical_date,
-            load_id=plan.load_id,
-        ),
-    )
-    if newer:
-        load_id, mode, logical_date, finalized_at = newer[0]
-        raise LoadRefusedError(
-            f"{plan.target.qualified} holds the rows of a later run: load {load_id} ({mode}, "
-            f"logical date {logical_date}) was finalized at {finalized_at}; this load "
-            f"(logical date {plan.logical_date}) would replace them with older data, so "
-            "nothing was swapped. Run the DAG with max_active_runs=1 to keep its runs in order"
-        )
 
 
 def _staging_state(conn: Any, plan: LoadPlan) -> dict[tuple[str, str], bool | None]:
@@ -342,7 +303,9 @@ def _swap(
     execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
     execute(conn, sql.advisory_xact_lock(t.oid))
     execute(conn, sql.lock_exclusive(schema, table))
-    refuse_overwriting_newer(conn, plan)  # under the target's lock: no later load can slip in
+    history.refuse_overwriting_newer(
+        conn, plan
+    )  # under the target's lock: no later load can slip in
     now = catalog.capture(conn, schema, table)  # pins search_path for the rest of the swap
     if now.fingerprint() != t.fingerprint():
         raise LoadRefusedError(

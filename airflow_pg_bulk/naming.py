@@ -86,6 +86,12 @@ def temp_sequence(load_id: str, number: int) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_s{number}"
 
 
+def source_order_sequence(load_id: str) -> str:
+    """The sequence behind an upsert staging's source order column (owned by the column, so
+    it goes with the staging table)."""
+    return f"{PREFIX}{check_load_id(load_id)}_order"
+
+
 def run_objects_pattern(load_id: str) -> str:
     """A LIKE pattern matching every table this load created."""
     return f"\\_pgbulk\\_{check_load_id(load_id)}\\_%"

@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MODES: tuple[str, ...] = ("replace", "append")
+MODES: tuple[str, ...] = ("replace", "append", "upsert")
 MODE_HELP: dict[str, str] = {
     "replace": "the target ends up with exactly the loaded rows (the rows it holds are removed)",
     "append": "the loaded rows are added to the rows the target holds",
+    "upsert": "a loaded row replaces the target's row with the same key, the others are added",
 }
+ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
 DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
 TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
 
@@ -93,7 +95,9 @@ OPTIONS: tuple[LoadOption, ...] = (
     LoadOption(
         "mode", str, REQUIRED,
         "`replace`: the target ends up with exactly the loaded rows; `append`: the loaded rows "
-        "are added to the target's rows (see Modes and their guarantees)",
+        "are added to the target's rows; `upsert`: a loaded row replaces the loaded columns of "
+        "the target's row with the same `key`, the others are added (see Modes and their "
+        "guarantees)",
         "none: must be given", "request", choices=MODES, templated=True,
     ),
     LoadOption("format", str, "csv", "`csv` or `text` (PostgreSQL's text format)", "`csv`",
@@ -130,10 +134,23 @@ OPTIONS: tuple[LoadOption, ...] = (
         "all non-generated", "request", templated=True, is_list=True,
     ),
     LoadOption(
+        "key", str, None,
+        "the columns that identify a row: exactly the columns of the target's primary key or "
+        "of one of its unique constraints or unique indexes (any order)",
+        "the primary key", "request", modes=("upsert",), templated=True, is_list=True,
+    ),
+    LoadOption(
+        "on_duplicate_key", str, "last",
+        "a key loaded more than once: `last`: the row latest in source order wins (files in "
+        "the order given, each glob's matches by name; lines in file order); `fail`: the load "
+        "fails naming the key, the target untouched",
+        "`last`", "request", choices=ON_DUPLICATE_KEY, modes=("upsert",),
+    ),
+    LoadOption(
         "staging_logged", bool, None,
         "staging persistence: a logged (true) or unlogged (false) staging table; see "
         "docs/tuning.md for the measurement behind the defaults",
-        "`True` for replace, `False` for append", "request",
+        "`True` for replace, `False` for append and upsert", "request",
     ),
     LoadOption(
         "lock_timeout", str, "30s",

@@ -16,8 +16,9 @@ from typing import Any, Literal, TypeVar
 
 from airflow_pg_bulk import options as load_options
 
-Mode = Literal["replace", "append"]
-MODES: tuple[str, ...] = ("replace", "append")
+Mode = Literal["replace", "append", "upsert"]
+MODES: tuple[str, ...] = ("replace", "append", "upsert")
+ON_DUPLICATE_KEY: tuple[str, ...] = load_options.ON_DUPLICATE_KEY
 FORMATS: tuple[str, ...] = ("csv", "text")
 ON_ERROR: tuple[str, ...] = ("fail", "reject")
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -131,6 +132,9 @@ class Piece(PlainData):
     :param newline: the line ending (``"\\n"``, ``"\\r\\n"`` or ``"\\r"``) of the file's first
         line, when the piece's stream does not start the file: COPY of the whole file takes
         its line ending from its first line and rejects any other, so the piece must too.
+    :param ordinal: the piece's place in source order among all pieces of the load (files in
+        the order resolved, then byte order); set for upsert, whose rows carry it into
+        staging so that the row latest in source order wins a repeated key.
     """
 
     path: str
@@ -140,6 +144,7 @@ class Piece(PlainData):
     compression: str | None = None
     skip_header: bool = False
     newline: str | None = None
+    ordinal: int = 0
 
     @property
     def size(self) -> int | None:
@@ -323,6 +328,26 @@ class ErrorPolicy(PlainData):
 
 
 @dataclass(frozen=True)
+class UpsertSpec(PlainData):
+    """How an upsert matches and merges rows, decided by prepare.
+
+    :param key: the key columns, as the user named them (or the primary key's order).
+    :param index: the unique index (of the primary key or a unique constraint) the key matches;
+        ``ON CONFLICT (key)`` infers it.
+    :param on_duplicate_key: ``last`` (the row latest in source order wins) or ``fail``.
+    :param key_may_be_null: a key column is nullable and the index treats NULLs as distinct:
+        rows with a NULL in the key never match a row and are all inserted.
+    :param override_identity: a loaded key column is ``GENERATED ALWAYS AS IDENTITY``.
+    """
+
+    key: tuple[str, ...]
+    index: str
+    on_duplicate_key: str = "last"
+    key_may_be_null: bool = False
+    override_identity: bool = False
+
+
+@dataclass(frozen=True)
 class LoadPlan(PlainData):
     """The complete, self-contained description of one load, made by prepare."""
 
@@ -352,6 +377,8 @@ class LoadPlan(PlainData):
         """``(schema, table)`` of the load history the load is recorded in when finalized."""
         return (self.target.schema, LOAD_HISTORY_TABLE)
 
+    upsert: UpsertSpec | None = None  # mode "upsert" only
+
     def partition(self, index: int) -> Partition:
         """The partition with that index."""
         for part in self.partitions:
@@ -379,7 +406,11 @@ class LoadRequest(PlainData):
     :param columns: the target columns the fields fill, in file order, when there is no header;
         default: every column that is not generated.
     :param staging_logged: force a logged (True) or unlogged (False) staging table; default:
-        logged for replace, unlogged for append (see docs/tuning.md for the measurements).
+        logged for replace, unlogged for append and upsert (see docs/tuning.md).
+    :param key: upsert: the columns that identify a row (a primary key or unique constraint or
+        index of the target, exactly); default: the primary key.
+    :param on_duplicate_key: upsert: ``last`` (the row latest in source order wins a key
+        loaded more than once) or ``fail``.
     :param settings: tuning and safety settings (:class:`Settings`).
     :param errors: what bad rows do (:class:`ErrorPolicy`).
     """
@@ -392,6 +423,8 @@ class LoadRequest(PlainData):
     partition_size: int = DEFAULT_PARTITION_BYTES
     columns: tuple[str, ...] | None = None
     staging_logged: bool | None = None
+    key: tuple[str, ...] | None = None
+    on_duplicate_key: str = "last"
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
 
@@ -408,6 +441,14 @@ class LoadRequest(PlainData):
             raise ValueError("source must name at least one file or glob")
         if self.columns is not None and self.copy.header:
             raise ValueError("give either header=True (columns matched by name) or columns")
+        if self.on_duplicate_key not in ON_DUPLICATE_KEY:
+            raise ValueError(
+                f"on_duplicate_key must be one of {ON_DUPLICATE_KEY}, not {self.on_duplicate_key!r}"
+            )
+        if self.mode != "upsert" and (self.key is not None or self.on_duplicate_key != "last"):
+            raise ValueError("key and on_duplicate_key apply to mode='upsert' only")
+        if self.key is not None and not self.key:
+            raise ValueError("key must name at least one column (or be left out: the primary key)")
 
     def partition_count(self, total_bytes: int) -> int:
         """The number of partitions for ``total_bytes`` of input."""
@@ -450,6 +491,8 @@ def request_from_options(
     if unknown:
         raise TypeError(f"unknown load options {unknown}; known: {sorted(LOAD_OPTIONS)}")
     given = {k: v for k, v in options.items() if v is not None}
+    if "key" in given:
+        given["key"] = column_list(given["key"])
     nested = {}
     for name, cls in _NESTED_OPTIONS.items():
         fields = {f.name: given[f.name] for f in dataclasses.fields(cls) if f.name in given}  # type: ignore[arg-type]
@@ -462,3 +505,11 @@ def request_from_options(
         **{k: given[k] for k in _REQUEST_OPTIONS if k in given},
         **nested,
     )
+
+
+def column_list(value: str | Sequence[str]) -> tuple[str, ...]:
+    """Column names given as a list, or as one string of comma-separated names (a rendered
+    template, a command-line value)."""
+    if isinstance(value, str):
+        return tuple(name.strip() for name in value.split(",") if name.strip())
+    return tuple(value)

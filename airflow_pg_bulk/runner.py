@@ -120,6 +120,8 @@ def load(
     partitions: int | None = None,
     partition_size: int = DEFAULT_PARTITION_BYTES,
     columns: Sequence[str] | None = None,
+    key: Sequence[str] | None = None,
+    on_duplicate_key: str = "last",
     staging_logged: bool | None = None,
     lock_timeout: str = "30s",
     maintenance_work_mem: str = "512MB",
@@ -140,8 +142,9 @@ def load(
     :param table: the target, ``schema.table``; it must exist.
     :param source: a path, a glob, or a list of them.
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
-        loaded rows are added to the target's rows (see Modes and their guarantees); default
-        none: it must be given. (templated)
+        loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
+        columns of the target's row with the same ``key``, the others are added (see Modes and
+        their guarantees); default none: it must be given. (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
@@ -158,9 +161,15 @@ def load(
         67108864 (64 MiB).
     :param columns: target columns the fields fill, in file order, for files without a header;
         default all non-generated. (templated)
+    :param key: the columns that identify a row: exactly the columns of the target's primary key
+        or of one of its unique constraints or unique indexes (any order); default the primary
+        key. (templated)
+    :param on_duplicate_key: a key loaded more than once: ``last``: the row latest in source
+        order wins (files in the order given, each glob's matches by name; lines in file order);
+        ``fail``: the load fails naming the key, the target untouched; default ``last``.
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
-        replace, ``False`` for append.
+        replace, ``False`` for append and upsert.
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
         the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;

@@ -17,6 +17,7 @@ from typing import Any
 from airflow_pg_bulk import (
     accounting,
     catalog,
+    history,
     naming,
     planning,
     records,
@@ -24,6 +25,7 @@ from airflow_pg_bulk import (
     sources,
     sql,
     translate,
+    upsert,
 )
 from airflow_pg_bulk.driver import (
     copy_in,
@@ -34,10 +36,10 @@ from airflow_pg_bulk.driver import (
     server_error,
     server_version,
 )
-from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
-from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Settings
 
 __all__ = [
     "LoadRefusedError",
@@ -100,8 +102,9 @@ def prepare(
         target = catalog.capture(conn, schema, table)
         catalog.refuse_unsupported(target, request.mode)
         catalog.refuse_without_privileges(conn, target, request.mode)
+        history.refuse_without_access(conn, schema)
         if request.mode == "append":
-            _refuse_appending_twice(conn, schema, load_id, target.qualified)
+            history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
         files = sources.resolve(request.source)
         header_columns: list[str] = []
@@ -111,6 +114,11 @@ def prepare(
                 files, request.copy, planning.loadable_columns(target)
             )
         columns = planning.plan_columns(request, target, header_columns)
+        key = None
+        if request.mode == "upsert":
+            indexes = upsert.unique_indexes(conn, target)
+            conn.rollback()
+            key = planning.upsert_spec(request, target, columns, indexes)
         total = sum(f.size for f in files)
         partitions = sources.plan_partitions(
             files, request.copy, request.partition_count(total), header_lengths
@@ -123,6 +131,8 @@ def prepare(
             partitions=partitions,
             source_bytes=total,
             logical_date=logical_date,
+            upsert=key,
+            file_order=[f.path for f in files],
         )
         digest = planning.plan_digest(plan)
         # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout
@@ -153,22 +163,6 @@ def prepare(
         "; kept from an earlier attempt, with its committed partitions" if resumed else "",
     )
     return plan
-
-
-def _refuse_appending_twice(conn: Any, schema: str, load_id: str, target: str) -> None:
-    history = (schema, LOAD_HISTORY_TABLE)
-    if not scalar(conn, sql.relation_exists(*history)):
-        return
-    found = execute(conn, sql.load_record(*history, load_id))
-    if found:
-        rows, _rejects, finalized_at = found[0]
-        raise AlreadyLoadedError(
-            f"load {load_id} appended {rows} rows to {target} at {finalized_at}; appending "
-            "them again would add them twice, so this run loads nothing. To append the "
-            "files again, start a new run (a new load id)",
-            rows=rows,
-            finalized_at=finalized_at,
-        )
 
 
 def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
@@ -204,6 +198,8 @@ def _create_staging(conn: Any, plan: LoadPlan) -> None:
                 t.schema, plan.staging_table, t.table, plan.columns, logged=plan.staging_logged
             ),
         )
+        if plan.upsert:
+            upsert.add_source_order(conn, plan)
 
 
 def _drop_run_tables(conn: Any, schema: str, load_id: str) -> list[str]:
@@ -273,6 +269,8 @@ def copy_partition(
         statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
         rule = records.marker_rule(plan.copy.format, server_version(conn))
         for piece in part.pieces:
+            if plan.upsert:  # read by staging's source order column (see upsert.py)
+                execute(conn, sql.set_config(sql.PIECE_SETTING, str(piece.ordinal), local=True))
             if plan.errors.rejecting:
                 outcome = rejects.copy_rejecting(
                     conn,

@@ -695,6 +695,17 @@ def test_reject_table_made_before_needs_only_insert_on_it(db, login_role, tmp_pa
         _run(db, "GRANT INSERT ON {k}.rejects TO {r}", r=login_role["name"], k=rejects_schema)
         before = _state(db, "items")
         path = _write(tmp_path, "items.csv", ["1,a", "x,bad id", "3,c"])
+        # the first load also made the load history: another role must be let write it
+        with pytest.raises(
+            LoadRefusedError, match=r"GRANT SELECT, INSERT, UPDATE ON .*pgbulk_loads"
+        ):
+            runner.load(
+                login_role["dsn"], db.table("items"), str(path), mode="replace",
+                on_error="reject", max_rejects=1, reject_table=f"{rejects_schema}.rejects",
+            )  # fmt: skip
+        assert _state(db, "items") == before
+        assert leftovers(db) == []
+        _run(db, "GRANT SELECT, INSERT, UPDATE ON {s}.pgbulk_loads TO {r}", r=login_role["name"])
 
         try:
             summary = runner.load(

@@ -174,6 +174,20 @@ def test_operator_passes_every_option_through():
     assert request.errors == ErrorPolicy("reject", 3, "s.bad")
 
 
+def test_operator_passes_the_upsert_options_a_rendered_key_may_be_a_string():
+    from airflow_pg_bulk.operators.pg_bulk import PgBulkPrepareOperator
+
+    op = PgBulkPrepareOperator(
+        task_id="p", table="s.t", source="/x.csv", mode="upsert", key=["meter", "day"],
+        on_duplicate_key="fail",
+    )  # fmt: skip
+    request = op.build_request()
+    assert (request.key, request.on_duplicate_key) == (("meter", "day"), "fail")
+    op.key = "meter, day"  # what a template renders
+    assert op.build_request().key == ("meter", "day")
+    assert "key" in PgBulkPrepareOperator.template_fields
+
+
 # --- no destructive default ----------------------------------------------------------------
 
 

@@ -1,0 +1,136 @@
+"""``mode="upsert"``: the database work around the pure planning in
+:func:`airflow_pg_bulk.planning.upsert_spec`.
+
+prepare reads the target's unique indexes (the key must match one) and gives staging a source
+order column; each COPY task sets its piece's ordinal (``SET LOCAL pgbulk.piece``) before its
+COPY; finalize merges staging into the target in place, in one transaction: one
+``INSERT … ON CONFLICT (key) DO UPDATE`` from staging deduplicated on the key, the row latest
+in source order winning (or, with ``on_duplicate_key="fail"``, a refusal naming a repeated
+key). See docs/design.md, "upsert".
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_pg_bulk import history, naming, sql
+from airflow_pg_bulk.driver import execute, scalar, server_version
+from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError
+from airflow_pg_bulk.figures import PhaseClock
+from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
+from airflow_pg_bulk.planning import UniqueIndex
+
+log = logging.getLogger(__name__)
+
+
+def unique_indexes(conn: Any, target: TargetDefinition) -> list[UniqueIndex]:
+    """The target's valid unique indexes (for :func:`~airflow_pg_bulk.planning.upsert_spec`)."""
+    rows = execute(conn, sql.unique_indexes(target.oid, server_version(conn)))
+    return [
+        UniqueIndex(
+            name,
+            tuple(columns),
+            primary=primary,
+            constraint=constraint,
+            deferrable=deferrable,
+            partial=partial,
+            nulls_not_distinct=nulls_not_distinct,
+        )
+        for name, columns, primary, constraint, deferrable, partial, nulls_not_distinct in rows
+    ]
+
+
+def add_source_order(conn: Any, plan: LoadPlan) -> None:
+    """Give staging its source order column and the sequence behind it (dropped with it)."""
+    t = plan.target
+    sequence = naming.source_order_sequence(plan.load_id)
+    unlogged = not plan.staging_logged and server_version(conn) >= 150000
+    execute(conn, sql.create_source_order_sequence(t.schema, sequence, unlogged=unlogged))
+    execute(conn, sql.add_source_order(t.schema, plan.staging_table, sequence))
+    execute(
+        conn,
+        sql.sequence_owned_by_column(t.schema, sequence, plan.staging_table, sql.SOURCE_ORDER),
+    )
+
+
+def finalize_upsert(
+    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+) -> tuple[int, int]:
+    """Merge staging into the target in one transaction, under ``lock_timeout`` and the
+    target's advisory lock, noting the load finalized in the same transaction. Returns
+    (rows inserted, rows updated)."""
+    t = plan.target
+    spec = plan.upsert
+    if spec is None:
+        raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
+    latest_wins = spec.on_duplicate_key == "last"
+    with clock.phase("upsert"):
+        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+        execute(conn, sql.advisory_xact_lock(t.oid))
+        if not plan.staging_logged:
+            staged = scalar(conn, sql.count_rows(t.schema, plan.staging_table))
+            if staged != rows:
+                conn.rollback()
+                raise IncompleteLoadError(
+                    f"load {plan.load_id}: the unlogged staging table {plan.staging_table} "
+                    f"holds {staged} rows but the ledger records {rows}: a server crash emptied "
+                    f"it after some partitions had committed. Nothing reached {t.qualified}; "
+                    "run the whole load again (clear its prepare task)"
+                )
+        if not latest_wins:
+            _refuse_duplicates(conn, plan)
+        inserted, updated = execute(
+            conn,
+            sql.upsert_from_staging(
+                t.schema,
+                t.table,
+                plan.staging_table,
+                plan.columns,
+                spec.key,
+                latest_wins=latest_wins,
+                key_may_be_null=spec.key_may_be_null,
+                override_identity=spec.override_identity,
+            ),
+        )[0]
+        history.record_finalized(conn, plan, rows, nbytes, rejected)
+        conn.commit()
+    log.info(
+        "Upsert of load %s into %s on key (%s): %d rows inserted, %d updated, %d loaded rows "
+        "superseded by a later row with the same key",
+        plan.load_id,
+        t.qualified,
+        ", ".join(spec.key),
+        inserted,
+        updated,
+        rows - inserted - updated,
+    )
+    if plan.settings.analyze:
+        with clock.phase("analyze"):
+            execute(conn, sql.analyze(t.schema, t.table))
+            conn.commit()
+    return inserted, updated
+
+
+def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
+    t = plan.target
+    spec = plan.upsert
+    assert spec is not None
+    found = execute(
+        conn,
+        sql.duplicate_keys(
+            t.schema, plan.staging_table, spec.key, key_may_be_null=spec.key_may_be_null
+        ),
+    )
+    if not found:
+        return
+    *values, count, keys = found[0]
+    conn.rollback()
+    shown = ", ".join(f"{c}={v!r}" for c, v in zip(spec.key, values, strict=True))
+    raise BadDataError(
+        f"upsert into {t.qualified} with on_duplicate_key='fail': the key ({shown}) is loaded "
+        f"{count} times"
+        + (f" ({keys} keys are loaded more than once)" if keys > 1 else "")
+        + f". Nothing of this load reached {t.qualified}; use on_duplicate_key='last' to keep "
+        "the row latest in source order"
+    )
