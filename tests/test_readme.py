@@ -163,10 +163,13 @@ def loaded(db) -> bool:
     return db.checksum("readings") == db.checksum("reference") and db.checksum("readings")[0]
 
 
-def test_python_block_runs(warehouse, capsys):
-    (code,) = [c for c in blocks("python") if kind("python", c) == "python"]
-    exec(compile(localize(code, warehouse), "README.md", "exec"), {})
+def test_python_blocks_run(warehouse, capsys):
+    replace, upsert = [c for c in blocks("python") if kind("python", c) == "python"]
+    exec(compile(localize(replace, warehouse), "README.md", "exec"), {})
     assert "3,000 rows" in capsys.readouterr().out
+    assert loaded(warehouse)
+    exec(compile(localize(upsert, warehouse), "README.md", "exec"), {})  # the same rows again
+    assert "0 inserted, 3,000 updated" in capsys.readouterr().out
     assert loaded(warehouse)
 
 
