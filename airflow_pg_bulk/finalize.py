@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import catalog, history, naming, planning, sql, translate, upsert
+from airflow_pg_bulk import catalog, history, locking, naming, planning, sql, translate, upsert
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
 from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
@@ -302,10 +302,12 @@ def _swap(
     retired = naming.retired_table(plan.load_id)
     execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
     execute(conn, sql.advisory_xact_lock(t.oid))
-    execute(conn, sql.lock_exclusive(schema, table))
-    history.refuse_overwriting_newer(
-        conn, plan
-    )  # under the target's lock: no later load can slip in
+    # the target, then the tables whose foreign keys are dropped and re-added below
+    locking.lock_for_swap(
+        conn, [(schema, table), *dict.fromkeys((k.schema, k.table) for k in t.referencing_keys)]
+    )
+    # under the target's lock: no later load can slip in
+    history.refuse_overwriting_newer(conn, plan)
     now = catalog.capture(conn, schema, table)  # pins search_path for the rest of the swap
     if now.fingerprint() != t.fingerprint():
         raise LoadRefusedError(

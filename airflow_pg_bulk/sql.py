@@ -557,7 +557,24 @@ def analyze(schema: str, table: str) -> Composed:
 
 def lock_exclusive(schema: str, table: str) -> Composed:
     """The swap's lock; waits at most ``lock_timeout``."""
-    return SQL("LOCK TABLE {} IN ACCESS EXCLUSIVE MODE").format(_table(schema, table))
+    return lock_tables([(schema, table)], "ACCESS EXCLUSIVE")
+
+
+_LOCK_MODES = frozenset({"SHARE UPDATE EXCLUSIVE", "SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"})
+
+
+def lock_tables(tables: Sequence[tuple[str, str]], mode: str) -> Composed:
+    """``LOCK TABLE a, b IN <mode> MODE`` (in that order); waits at most ``lock_timeout``."""
+    if mode not in _LOCK_MODES:
+        raise ValueError(f"unsupported lock mode {mode!r}")
+    return SQL("LOCK TABLE {} IN {} MODE").format(
+        SQL(", ").join(_table(schema, name) for schema, name in tables), SQL(mode)
+    )
+
+
+def setting_milliseconds(name: str) -> Composed:
+    """A time setting of the session in milliseconds (``lock_timeout``: 0 means no limit)."""
+    return SQL("SELECT setting::bigint FROM pg_settings WHERE name = {}").format(Literal(name))
 
 
 def rename_table(schema: str, old: str, new: str) -> Composed:

@@ -88,6 +88,13 @@ class Database:
         self.run(sql.SQL("CREATE ROLE {}").format(sql.Identifier(name)))
         self.roles.append(name)
 
+    def drop(self) -> None:
+        """Drop the schema and the roles the test made."""
+        self.run(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(self.schema)))
+        for role in self.roles:
+            self.run(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
+            self.run(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+
     def run(self, statement: str | sql.Composable, *params: Any) -> list[tuple[Any, ...]]:
         """Run SQL in autocommit and return its rows (empty if none)."""
         with self.conn.cursor() as cur:
@@ -126,10 +133,7 @@ def db(pg_dsn: str) -> Iterator[Database]:
     try:
         yield database
     finally:
-        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
-        for role in database.roles:
-            conn.execute(sql.SQL("DROP OWNED BY {}").format(sql.Identifier(role)))
-            conn.execute(sql.SQL("DROP ROLE {}").format(sql.Identifier(role)))
+        database.drop()
         conn.close()
 
 
