@@ -16,6 +16,8 @@ from helpers import create_items, leftovers, plain_copy_checksum, rows, write_cs
 from airflow_pg_bulk.demo import workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
 
+pytestmark = pytest.mark.dag_run
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "dags_examples"
 
 

@@ -68,6 +68,7 @@ def test_copy_phase_is_the_ledgers_span(db, readings):
     assert _within(sum(summary.seconds.values()), summary.wall_seconds)
 
 
+@pytest.mark.dag_run
 def test_dag_figures_match_the_task_instances(airflow_db, db, tmp_path, monkeypatch):
     """dag.test() runs the demo's DAG: finalize's XCom spans prepare's start to finalize's
     end, as the metadata database records them, within 5 % (the tasks' start-up and wrap-up

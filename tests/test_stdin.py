@@ -244,6 +244,7 @@ def test_header_split_at_the_wrong_delimiter_names_the_likely_one(db, connect, t
     )
 
 
+@pytest.mark.dag_run
 def test_standard_input_is_refused_by_the_prepare_task_under_airflow(airflow_db, db, monkeypatch):
     from airflow.dag_processing.dagbag import DagBag
 
