@@ -168,7 +168,10 @@ def pg_bulk_load(
                 )
                 for i in range(slots)
             ]
-        finalize = PgBulkFinalizeOperator(task_id="finalize", **step, **finalize_args)
+        outlets = [*finalize_args.pop("outlets", []), _target_alias(group)]
+        finalize = PgBulkFinalizeOperator(
+            task_id="finalize", outlets=outlets, **step, **finalize_args
+        )
         cleanup = PgBulkCleanupOperator(
             task_id="cleanup",
             postgres_conn_id=postgres_conn_id,
@@ -183,6 +186,17 @@ def pg_bulk_load(
         # the load id, whatever state prepare reached.
         cleanup.trigger_rule = TriggerRule.ALL_DONE
     return group
+
+
+def _target_alias(group: TaskGroup) -> Any:
+    """Finalize's outlet: an AssetAlias to which it attaches the target's Asset
+    (``postgres://host:port/database/schema/table``, known only at run time)."""
+    from airflow.sdk import AssetAlias
+
+    from airflow_pg_bulk.lineage import alias_name
+
+    dag = getattr(group, "dag", None)
+    return AssetAlias(alias_name(dag.dag_id if dag else None, group.group_id))
 
 
 class PgBulkLoadGroup(TaskGroup):

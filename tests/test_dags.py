@@ -18,6 +18,8 @@ from airflow_pg_bulk.demo.connection import airflow_connection_json
 
 pytestmark = pytest.mark.dag_run
 
+HEADER = ["id", "name", "amount", "day", "note"]
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "dags_examples"
 
 
@@ -64,7 +66,7 @@ def _run(dagbag, dag_id, conf):
 def test_replace_many_csv_example_runs(dagbag, example_conn, tmp_path):
     db = example_conn
     create_items(db)
-    whole = write_parts(tmp_path, "items", 6, 300, header=["id", "name", "amount", "day", "note"])
+    whole = write_parts(tmp_path, "items", 6, 300, header=HEADER)
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
     run, states = _run(
@@ -128,7 +130,7 @@ def test_failed_load_fails_the_dag_and_cleanup_still_runs(dagbag, example_conn, 
     before = db.checksum("items")
     data = rows(300)
     data[123] = (124, "bad", "not-a-number", "2024-01-01", None)
-    write_csv(tmp_path / "items-0.csv", data, header=["id", "name", "amount", "day", "note"])
+    write_csv(tmp_path / "items-0.csv", data, header=HEADER)
 
     run, states = _run(
         dagbag,
@@ -189,7 +191,7 @@ def test_upstream_output_as_source_and_templated_mode_run(
 ):
     db = example_conn
     create_items(db)
-    whole = write_parts(tmp_path, "items", 3, 200, header=["id", "name", "amount", "day", "note"])
+    whole = write_parts(tmp_path, "items", 3, 200, header=HEADER)
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
     files = sorted(str(p) for p in tmp_path.glob("items-*.csv"))
 
@@ -254,7 +256,7 @@ def test_a_prepare_that_fails_after_its_commit_leaves_nothing(
     db = example_conn
     create_items(db)
     before = db.checksum("items")
-    write_csv(tmp_path / "items-0.csv", rows(300), header=["id", "name", "amount", "day", "note"])
+    write_csv(tmp_path / "items-0.csv", rows(300), header=HEADER)
 
     run, states = _run(
         dagbag,
@@ -275,7 +277,7 @@ def test_copy_tasks_render_no_plan(dynamic_dagbag, example_conn, tmp_path):
 
     db = example_conn
     create_items(db)
-    whole = write_parts(tmp_path, "items", 2, 100, header=["id", "name", "amount", "day", "note"])
+    whole = write_parts(tmp_path, "items", 2, 100, header=HEADER)
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
     files = sorted(str(p) for p in tmp_path.glob("items-*.csv"))
     conf = {"conn_id": "pg_bulk_example", "table": db.table("items"), "files": files}
@@ -301,9 +303,7 @@ def _two_tables(db, tmp_path, stems=("items_a", "items_b")):
     expected = {}
     for parts, stem in zip((3, 2), stems, strict=True):
         create_items(db, stem)
-        whole = write_parts(
-            tmp_path, stem, parts, 150, header=["id", "name", "amount", "day", "note"]
-        )
+        whole = write_parts(tmp_path, stem, parts, 150, header=HEADER)
         expected[stem] = plain_copy_checksum(
             db, whole, "FORMAT csv", name=f"{stem}_reference", like=stem
         )
@@ -373,3 +373,60 @@ def test_a_failed_load_in_a_mapped_task_group_leaves_the_other_loaded_and_nothin
     assert states[("load_table.load.cleanup", 0)] == "success"
     assert states[("load_table.load.cleanup", 1)] == "success"
     assert leftovers(db) == []
+
+
+# --- lineage: the target's Asset event and OpenLineage ---------------------------------------
+
+
+def test_a_load_emits_the_targets_asset_event_and_openlineage(dagbag, example_conn, tmp_path):
+    """Finalize attaches ``postgres://host:port/database/schema/table`` to its AssetAlias
+    outlet (an Asset event DAGs can be scheduled on), and the openlineage provider (a file
+    transport here) emits the files in and the table out, with schema, rows, bytes and
+    OVERWRITE for a replace."""
+    import json
+
+    from airflow.models.asset import AssetEvent
+    from airflow.utils.session import create_session
+    from conftest import OPENLINEAGE_EVENTS
+
+    db = example_conn
+    create_items(db)
+    write_parts(tmp_path, "items", 2, 300, header=HEADER)
+    paths = sorted(tmp_path.glob("items-*.csv"))
+
+    run, states = _run(
+        dagbag,
+        "example_pg_bulk_replace_many_csv",
+        {"table": db.table("items"), "source": str(tmp_path / "items-*.csv")},
+    )
+
+    assert run.state == "success", states
+    suffix = f"/{db.schema}/items"
+    with create_session() as session:
+        events = [
+            e
+            for e in session.query(AssetEvent).filter(AssetEvent.source_run_id == run.run_id)
+            if e.uri.endswith(suffix)
+        ]
+    assert len(events) == 1, [e.uri for e in events]
+    assert events[0].uri.startswith("postgres://")
+    assert events[0].extra["rows"] == 600
+    assert events[0].extra["mode"] == "replace"
+
+    with open(OPENLINEAGE_EVENTS) as f:  # the session's events; this test's name its schema
+        emitted = [json.loads(line) for line in f if line.strip()]
+    complete = [
+        e
+        for e in emitted
+        if e.get("eventType") == "COMPLETE"
+        and e["job"]["name"].endswith(".finalize")
+        and any(o["name"].endswith(f"{db.schema}.items") for o in e.get("outputs", []))
+    ]
+    assert complete, [(e.get("eventType"), e["job"]["name"]) for e in emitted]
+    event = complete[-1]
+    assert {i["name"] for i in event["inputs"]} == {str(p) for p in paths}
+    (output,) = event["outputs"]
+    assert output["name"].endswith(f"{db.schema}.items")
+    assert output["outputFacets"]["outputStatistics"]["rowCount"] == 600
+    assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
+    assert [f["name"] for f in output["facets"]["schema"]["fields"]] == HEADER

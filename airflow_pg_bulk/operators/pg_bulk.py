@@ -423,7 +423,35 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
             summary = self.hook.finalize(plan, application_name=session_name(context, plan.load_id))
         summary = figures.whole_load(summary, plan, copies, time.time())
         self.log.info("%s", summary.describe())
+        self._announce(context, plan, summary)
         return summary.to_dict()
+
+    def _announce(self, context: Context, plan: LoadPlan, summary: Any) -> None:
+        """Attach the target's Asset to this task's AssetAlias outlets (the event DAGs
+        scheduled on the target wait for), and keep what OpenLineage asks for."""
+        from airflow.sdk import Asset, AssetAlias
+
+        from airflow_pg_bulk import lineage
+
+        connection = self.hook.get_connection(self.postgres_conn_id)
+        uri = lineage.asset_uri(connection, plan.target.schema, plan.target.table)
+        self._lineage = (plan, summary, uri)
+        for outlet in self.outlets:
+            if isinstance(outlet, AssetAlias):
+                context["outlet_events"][outlet].add(
+                    Asset(uri), extra=lineage.asset_extra(plan, summary)
+                )
+        self.log.info("Load %s: asset %s", plan.load_id, uri)
+
+    def get_openlineage_facets_on_complete(self, task_instance: Any) -> Any:
+        """OpenLineage: the source files in; the target out, with its schema, rows and bytes
+        (and lifecycle OVERWRITE for a replace). Called by the openlineage provider, when
+        installed, after a successful run."""
+        from airflow_pg_bulk import lineage
+
+        if getattr(self, "_lineage", None) is None:
+            return None
+        return lineage.operator_lineage(*self._lineage)
 
 
 class PgBulkCleanupOperator(_PgBulkOperator):
