@@ -11,9 +11,20 @@ a finalize retried after its commit does nothing. See docs/design.md, "finalize"
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-from airflow_pg_bulk import catalog, history, locking, naming, planning, sql, translate, upsert
+from airflow_pg_bulk import (
+    catalog,
+    history,
+    locking,
+    naming,
+    planning,
+    rebuild,
+    sql,
+    translate,
+    upsert,
+)
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
 from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
@@ -52,6 +63,8 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
             )
         elif plan.mode == "replace":
             _finalize_replace(conn, plan, clock, rows, nbytes, rejected)
+        elif plan.rebuilds:
+            merged = rebuild.finalize_rebuild(conn, plan, clock, rows, nbytes, rejected)
         elif plan.mode == "upsert":
             merged = upsert.finalize_upsert(conn, plan, clock, rows, nbytes, rejected)
         else:
@@ -208,9 +221,8 @@ def _finalize_replace(
     finalize are skipped, so a retry goes on where the last one stopped."""
     t = plan.target
     stage = plan.staging_table
-    history.refuse_overwriting_newer(
-        conn, plan
-    )  # early, before the index builds; again in the swap
+    # early, before the index builds; again in the swap
+    history.refuse_overwriting_newer(conn, plan)
     built = _staging_state(conn, plan)
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     if ("persistence", Persistence.UNLOGGED) in built:
@@ -223,6 +235,29 @@ def _finalize_replace(
         conn.commit()
         if staged != rows:
             raise _staging_lost(plan, staged, rows)
+    index_names, constraint_names = build_on_staging(conn, plan, clock, built)
+    with clock.phase("swap"):
+        _swap(conn, plan, index_names, constraint_names)
+        history.record_finalized(conn, plan, rows, nbytes, rejected)
+        conn.commit()
+
+
+def build_on_staging(
+    conn: Any,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    built: dict[tuple[str, str], bool | None],
+    commit: Callable[[], None] | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
+    skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
+
+    ``commit`` runs after each step (default: the connection's commit, so that a retried
+    replace goes on where the last one stopped); a rebuild passes a no-op and keeps it all
+    in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)"""
+    t = plan.target
+    stage = plan.staging_table
+    commit = commit or conn.commit
     index_names, constraint_names = naming.temp_names(plan)
     with clock.phase("indexes"):
         for index in t.indexes:
@@ -237,18 +272,15 @@ def _finalize_replace(
             execute(
                 conn, sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
             )
-            conn.commit()
+            commit()
     with clock.phase("constraints"):
         for con in t.constraints:
-            _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built)
+            _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built, commit)
     if plan.settings.analyze:
         with clock.phase("analyze"):
             execute(conn, sql.analyze(t.schema, stage))
-            conn.commit()
-    with clock.phase("swap"):
-        _swap(conn, plan, index_names, constraint_names)
-        history.record_finalized(conn, plan, rows, nbytes, rejected)
-        conn.commit()
+            commit()
+    return index_names, constraint_names
 
 
 def _staging_state(conn: Any, plan: LoadPlan) -> dict[tuple[str, str], bool | None]:
@@ -264,6 +296,7 @@ def _add_constraint(
     name: str,
     index_names: dict[str, str],
     built: dict[tuple[str, str], bool | None],
+    commit: Callable[[], None],
 ) -> None:
     t = plan.target
     stage = plan.staging_table
@@ -285,12 +318,12 @@ def _add_constraint(
     elif con.kind in (ConstraintKind.CHECK, ConstraintKind.FOREIGN_KEY):
         if not exists:
             execute(conn, sql.add_constraint(t.schema, stage, name, con.definition, not_valid=True))
-            conn.commit()
+            commit()
         if con.validated and not built.get(("constraint", name)):
             execute(conn, sql.validate_constraint(t.schema, stage, name))
     elif not exists:
         execute(conn, sql.add_constraint(t.schema, stage, name, con.definition))
-    conn.commit()
+    commit()
 
 
 def _swap(

@@ -68,9 +68,12 @@ def record_finalized(conn: Any, plan: LoadPlan, rows: int, nbytes: int, rejected
 
 def refuse_overwriting_newer(conn: Any, plan: LoadPlan) -> None:
     """A replace must not overwrite the rows of a load whose logical date is later (two runs
-    of one DAG at once, or a late retry of an old run): refuse, naming that load."""
+    of one DAG at once, or a late retry of an old run): refuse, naming that load. (An append
+    or upsert rebuilt by the same swap keeps every row of the target: nothing to refuse.)"""
     table = plan.history_table
-    if plan.logical_date is None or not scalar(conn, sql.relation_exists(*table)):
+    if plan.mode != "replace" or plan.logical_date is None:
+        return
+    if not scalar(conn, sql.relation_exists(*table)):
         return
     newer = execute(
         conn,

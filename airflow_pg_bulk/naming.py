@@ -71,6 +71,11 @@ def retired_table(load_id: str) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_old"
 
 
+def rebuilt_table(load_id: str) -> str:
+    """The new table an upsert with ``strategy="rebuild"`` builds and swaps in."""
+    return f"{PREFIX}{check_load_id(load_id)}_new"
+
+
 def temp_index(load_id: str, number: int) -> str:
     """Name of the ``number``-th index built on staging before it takes the original name."""
     return f"{PREFIX}{check_load_id(load_id)}_i{number}"
@@ -112,6 +117,7 @@ def original_names(plan: LoadPlan, text: str) -> str:
     indexes, constraints = temp_names(plan)
     back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
     back[plan.staging_table] = plan.target.table
+    back[rebuilt_table(plan.load_id)] = plan.target.table
     for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
         text = text.replace(temp, back[temp])
     return text

@@ -28,6 +28,7 @@ MODE_HELP: dict[str, str] = {
     "upsert": "a loaded row replaces the target's row with the same key, the others are added",
 }
 ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
+STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")
 DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
 TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
 
@@ -145,6 +146,14 @@ OPTIONS: tuple[LoadOption, ...] = (
         "the order given, each glob's matches by name; lines in file order); `fail`: the load "
         "fails naming the key, the target untouched",
         "`last`", "request", choices=ON_DUPLICATE_KEY, modes=("upsert",),
+    ),
+    LoadOption(
+        "strategy", str, "auto",
+        "how the rows reach the target: `in_place` (INSERT into it); `rebuild` (a new table "
+        "= its rows + the loaded rows, indexed, then swapped in as a replace does; needs a "
+        "replace's privileges); `auto`: the cheaper by the cost model in docs/design.md, in "
+        "place when a rebuild is not possible (said in the log)",
+        "`auto`", "request", choices=STRATEGIES, modes=("append", "upsert"),
     ),
     LoadOption(
         "staging_logged", bool, None,

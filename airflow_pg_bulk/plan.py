@@ -19,6 +19,7 @@ from airflow_pg_bulk import options as load_options
 Mode = Literal["replace", "append", "upsert"]
 MODES: tuple[str, ...] = ("replace", "append", "upsert")
 ON_DUPLICATE_KEY: tuple[str, ...] = load_options.ON_DUPLICATE_KEY
+STRATEGIES: tuple[str, ...] = load_options.STRATEGIES
 FORMATS: tuple[str, ...] = ("csv", "text")
 ON_ERROR: tuple[str, ...] = ("fail", "reject")
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -378,6 +379,13 @@ class LoadPlan(PlainData):
         return (self.target.schema, LOAD_HISTORY_TABLE)
 
     upsert: UpsertSpec | None = None  # mode "upsert" only
+    # append and upsert: "in_place" or "rebuild", resolved by prepare (planning.choose_strategy)
+    strategy: str = "in_place"
+
+    @property
+    def rebuilds(self) -> bool:
+        """An append or upsert that builds a new table and swaps it in."""
+        return self.mode != "replace" and self.strategy == "rebuild"
 
     def partition(self, index: int) -> Partition:
         """The partition with that index."""
@@ -411,6 +419,8 @@ class LoadRequest(PlainData):
         index of the target, exactly); default: the primary key.
     :param on_duplicate_key: upsert: ``last`` (the row latest in source order wins a key
         loaded more than once) or ``fail``.
+    :param strategy: append and upsert: ``in_place``, ``rebuild`` or ``auto`` (see
+        :func:`airflow_pg_bulk.planning.choose_strategy`).
     :param settings: tuning and safety settings (:class:`Settings`).
     :param errors: what bad rows do (:class:`ErrorPolicy`).
     """
@@ -425,6 +435,7 @@ class LoadRequest(PlainData):
     staging_logged: bool | None = None
     key: tuple[str, ...] | None = None
     on_duplicate_key: str = "last"
+    strategy: str = "auto"
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
 
@@ -447,6 +458,10 @@ class LoadRequest(PlainData):
             )
         if self.mode != "upsert" and (self.key is not None or self.on_duplicate_key != "last"):
             raise ValueError("key and on_duplicate_key apply to mode='upsert' only")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
+        if self.mode == "replace" and self.strategy != "auto":
+            raise ValueError("strategy applies to mode='append' and mode='upsert' only")
         if self.key is not None and not self.key:
             raise ValueError("key must name at least one column (or be left out: the primary key)")
 
@@ -457,11 +472,12 @@ class LoadRequest(PlainData):
         wanted = -(-total_bytes // self.partition_size)
         return max(1, min(MAX_DEFAULT_PARTITIONS, wanted))
 
-    def staging_is_logged(self) -> bool:
-        """Whether staging is a logged table for this request."""
+    def staging_is_logged(self, strategy: str = "in_place") -> bool:
+        """Whether staging is a logged table for this request (an append that rebuilds COPYs
+        into the new table itself, as a replace does)."""
         if self.staging_logged is not None:
             return self.staging_logged
-        return self.mode == "replace"
+        return self.mode == "replace" or (self.mode == "append" and strategy == "rebuild")
 
 
 _REQUEST_OPTIONS = tuple(n for n in load_options.in_group("request") if n != "columns")

@@ -62,10 +62,85 @@ def reject_table(request: LoadRequest, schema: str) -> tuple[str, str] | None:
     return (schema, DEFAULT_REJECT_TABLE)
 
 
-def staging_logged(request: LoadRequest, target: TargetDefinition) -> bool:
-    """Whether staging is a logged table; an unlogged target's replacement stays unlogged."""
-    return request.staging_is_logged() and not (
-        request.mode == "replace" and target.persistence == Persistence.UNLOGGED
+def staging_logged(
+    request: LoadRequest, target: TargetDefinition, strategy: str = "in_place"
+) -> bool:
+    """Whether staging is a logged table; an unlogged target's replacement stays unlogged (an
+    append that rebuilds COPYs into the table it swaps in, as a replace does)."""
+    swapped_in = request.mode == "replace" or (request.mode == "append" and strategy == "rebuild")
+    return request.staging_is_logged(strategy) and not (
+        swapped_in and target.persistence == Persistence.UNLOGGED
+    )
+
+
+# --- strategy="auto": the cost model (docs/design.md, "append and upsert: in place or rebuild")
+
+#: A rebuild pays for every row of the result (the target's rows read and written again, every
+#: index built, every foreign key validated); in place pays per loaded row (index entries
+#: inserted one by one, a foreign key looked up per row; an upsert also finds and replaces the
+#: old version). Both grow linearly, so the choice is a ratio: rebuild while the target's heap
+#: is at most BREAK_EVEN[mode] times the load's source bytes. Fitted from the measurements in
+#: docs/design.md (workload A, 2 cores, PostgreSQL 15).
+BREAK_EVEN: dict[str, float] = {"append": 2.0, "upsert": 4.0}
+#: Without any index or constraint an in-place append is a plain INSERT … SELECT, which a
+#: rebuild cannot beat once the target holds rows: only an empty target is rebuilt then.
+BREAK_EVEN_BARE: dict[str, float] = {"append": 0.0, "upsert": 1.0}
+
+
+@dataclass(frozen=True)
+class StrategyInputs:
+    """What the cost model reads: plain data, gathered by prepare.
+
+    :param mode: ``append`` or ``upsert``.
+    :param requested: the ``strategy`` option: ``auto``, ``in_place`` or ``rebuild``.
+    :param load_bytes: the source's bytes.
+    :param target_bytes: the target's heap bytes (main fork), 0 when empty.
+    :param indexes: the target's indexes (its keys' included).
+    :param foreign_keys: the target's foreign keys.
+    :param triggers: the target has enabled user triggers (an in-place load fires them per
+        row; a rebuild does not).
+    :param obstacle: why a rebuild is not possible (privileges, dependents), or None.
+    """
+
+    mode: str
+    requested: str
+    load_bytes: int
+    target_bytes: int
+    indexes: int = 0
+    foreign_keys: int = 0
+    triggers: bool = False
+    obstacle: str | None = None
+
+
+def choose_strategy(inputs: StrategyInputs) -> tuple[str, str]:
+    """``("in_place" | "rebuild", why)`` for an append or upsert; an explicit ``rebuild`` that
+    cannot be done is refused (:class:`LoadRefusedError`), ``auto`` then goes in place."""
+    if inputs.requested == "in_place":
+        return "in_place", "strategy='in_place' was asked for"
+    if inputs.requested == "rebuild":
+        if inputs.obstacle:
+            raise LoadRefusedError(
+                f"strategy='rebuild' refused before anything was loaded: {inputs.obstacle}. "
+                "Use strategy='in_place' (or 'auto')"
+            )
+        return "rebuild", "strategy='rebuild' was asked for"
+    if inputs.obstacle:
+        return "in_place", f"a rebuild is not possible ({inputs.obstacle})"
+    if inputs.triggers:
+        return "in_place", "the target has triggers, which an in-place load fires per row"
+    if inputs.target_bytes == 0:
+        return "rebuild", "the target is empty"
+    bare = not inputs.indexes and not inputs.foreign_keys
+    limit = (BREAK_EVEN_BARE if bare else BREAK_EVEN)[inputs.mode]
+    ratio = inputs.target_bytes / max(inputs.load_bytes, 1)
+    if ratio <= limit:
+        return "rebuild", (
+            f"the target's {inputs.target_bytes} bytes are {ratio:.2f}x the load's "
+            f"{inputs.load_bytes}, at most {limit}x: rebuilding is cheaper"
+        )
+    return "in_place", (
+        f"the target's {inputs.target_bytes} bytes are {ratio:.2f}x the load's "
+        f"{inputs.load_bytes}, over {limit}x: inserting in place is cheaper"
     )
 
 
@@ -199,10 +274,12 @@ def build_plan(
     logical_date: str | None = None,
     upsert: UpsertSpec | None = None,
     file_order: Sequence[str] = (),
+    strategy: str = "in_place",
 ) -> LoadPlan:
     """The load's plan from what prepare read: the request, the target's captured definition,
     the columns (:func:`plan_columns`) and the source cut into partitions; for an upsert its
-    key (:func:`upsert_spec`), and the pieces numbered in source order (``file_order``)."""
+    key (:func:`upsert_spec`), and the pieces numbered in source order (``file_order``);
+    ``strategy``: an append's or upsert's, as :func:`choose_strategy` resolved it."""
     if request.mode == "upsert":
         if upsert is None:
             raise ValueError("an upsert's plan needs its key (planning.upsert_spec)")
@@ -213,7 +290,7 @@ def build_plan(
         target=target,
         staging_table=naming.staging_table(load_id),
         ledger_table=naming.ledger_table(load_id),
-        staging_logged=staging_logged(request, target),
+        staging_logged=staging_logged(request, target, strategy),
         columns=tuple(columns),
         copy=request.copy,
         partitions=tuple(partitions),
@@ -223,6 +300,7 @@ def build_plan(
         reject_table=reject_table(request, target.schema),
         logical_date=logical_date,
         upsert=upsert,
+        strategy="in_place" if request.mode == "replace" else strategy,
     )
 
 

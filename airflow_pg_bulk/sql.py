@@ -906,21 +906,7 @@ def upsert_from_staging(
     leaves the lock it took on the old version there (tested on every supported server)."""
     source: Composable = SQL("SELECT {} FROM {}").format(_columns(columns), _table(schema, staging))
     if latest_wins:
-        source = SQL("SELECT DISTINCT ON ({}) {} FROM {}{} ORDER BY {}, {} DESC").format(
-            _columns(key),
-            _columns(columns),
-            _table(schema, staging),
-            SQL(" WHERE {}").format(_all_not_null(key)) if key_may_be_null else SQL(""),
-            _columns(key),
-            Identifier(SOURCE_ORDER),
-        )
-        if key_may_be_null:
-            source = SQL("{} UNION ALL SELECT {} FROM {} WHERE NOT ({})").format(
-                SQL("({})").format(source),
-                _columns(columns),
-                _table(schema, staging),
-                _all_not_null(key),
-            )
+        source = latest_loaded(schema, staging, columns, key, key_may_be_null=key_may_be_null)
     updated = [c for c in columns if c not in key] or list(key[:1])
     return SQL(
         "WITH upserted AS (INSERT INTO {} AS target ({}){} SELECT {} FROM ({}) AS loaded"
@@ -937,4 +923,153 @@ def upsert_from_staging(
         SQL(", ").join(
             SQL("{} = EXCLUDED.{}").format(Identifier(c), Identifier(c)) for c in updated
         ),
+    )
+
+
+# --- strategy="rebuild" (append, upsert) ---------------------------------------------------
+
+
+def target_size(oid: int) -> Composed:
+    """What the strategy's cost model reads of the target: its main fork's bytes (exact and
+    cheap), its estimated rows, and whether it has enabled user triggers."""
+    return SQL(
+        "SELECT pg_relation_size(c.oid), c.reltuples::bigint, EXISTS (SELECT 1 FROM pg_trigger t"
+        " WHERE t.tgrelid = c.oid AND NOT t.tgisinternal AND t.tgenabled <> 'D')"
+        " FROM pg_class c WHERE c.oid = {}"
+    ).format(Literal(oid))
+
+
+def lock_for_rebuild(schema: str, table: str) -> Composed:
+    """Block writers (and other rebuilds) while the target's rows are read into the new table;
+    readers go on reading the old table until the swap's ACCESS EXCLUSIVE."""
+    return SQL("LOCK TABLE {} IN EXCLUSIVE MODE").format(_table(schema, table))
+
+
+def _key_match(key: Sequence[str], nullable: Sequence[str], left: str, right: str) -> Composed:
+    """``left.k = right.k AND …``; ``IS NOT DISTINCT FROM`` for the ``nullable`` columns (an
+    index whose NULLs are not distinct matches NULL with NULL)."""
+    return SQL(" AND ").join(
+        SQL("{}.{} {} {}.{}").format(
+            Identifier(left),
+            Identifier(c),
+            SQL("IS NOT DISTINCT FROM" if c in nullable else "="),
+            Identifier(right),
+            Identifier(c),
+        )
+        for c in key
+    )
+
+
+def copy_rows_over(
+    schema: str,
+    new: str,
+    table: str,
+    columns: Sequence[str],
+    *,
+    override_identity: bool,
+    unless_loaded: tuple[str, Sequence[str], Sequence[str]] | None = None,
+) -> Composed:
+    """Rebuild: the target's rows into the new table (every column a COPY could fill;
+    generated columns are computed again). ``unless_loaded`` = (staging, key, nullable key
+    columns to match as not distinct): only the rows whose key is not in staging (upsert)."""
+    where: Composable = SQL("")
+    if unless_loaded is not None:
+        staging, key, nullable = unless_loaded
+        where = SQL(" WHERE NOT EXISTS (SELECT 1 FROM {} s WHERE {})").format(
+            _table(schema, staging), _key_match(key, nullable, "s", "t")
+        )
+    return SQL("INSERT INTO {} ({}){} SELECT {} FROM {} t{}").format(
+        _table(schema, new),
+        _columns(columns),
+        SQL(" OVERRIDING SYSTEM VALUE" if override_identity else ""),
+        SQL(", ").join(SQL("t.{}").format(Identifier(c)) for c in columns),
+        _table(schema, table),
+        where,
+    )
+
+
+def latest_loaded(
+    schema: str, staging: str, columns: Sequence[str], key: Sequence[str], *, key_may_be_null: bool
+) -> Composed:
+    """Upsert: staging's rows, the latest in source order per key (rows with a NULL in a key
+    that may be NULL never match a row: all of them)."""
+    source: Composable = SQL("SELECT DISTINCT ON ({}) {} FROM {}{} ORDER BY {}, {} DESC").format(
+        _columns(key),
+        _columns(columns),
+        _table(schema, staging),
+        SQL(" WHERE {}").format(_all_not_null(key)) if key_may_be_null else SQL(""),
+        _columns(key),
+        Identifier(SOURCE_ORDER),
+    )
+    if key_may_be_null:
+        source = SQL("({}) UNION ALL SELECT {} FROM {} WHERE NOT ({})").format(
+            source, _columns(columns), _table(schema, staging), _all_not_null(key)
+        )
+    return source
+
+
+def insert_loaded_rebuild(
+    schema: str,
+    new: str,
+    table: str,
+    source: Composable,
+    columns: Sequence[str],
+    *,
+    kept: Sequence[str] = (),
+    drawn: Sequence[tuple[str, str, str]] = (),
+    match: tuple[Sequence[str], Sequence[str]] | None = None,
+    override_identity: bool,
+) -> Composed:
+    """Rebuild: loaded rows (``source`` selects ``columns``) into the new table.
+
+    With ``match`` = (key, nullable key columns): only the rows whose key is in the target,
+    taking the columns not loaded (``kept``) from the target's row — an update. Without: every
+    row of ``source`` (an insert; the columns not loaded get their defaults, an identity
+    column ``drawn`` = (column, sequence schema, name)
+    its value from the target's own sequence, as an INSERT into the target would)."""
+    names = [*columns, *kept, *(c for c, _, _ in drawn)]
+    values: list[Composable] = [SQL("l.{}").format(Identifier(c)) for c in columns]
+    tail: Composable = SQL("")
+    if match is not None:
+        key, nullable = match
+        values += [SQL("t.{}").format(Identifier(c)) for c in kept]
+        tail = SQL(" JOIN {} t ON {}").format(
+            _table(schema, table), _key_match(key, nullable, "l", "t")
+        )
+    else:
+        values += [
+            SQL("nextval({}::regclass)").format(Literal(Identifier(s, n).as_string()))
+            for _, s, n in drawn
+        ]
+    return SQL("INSERT INTO {} ({}){} SELECT {} FROM ({}) l{}").format(
+        _table(schema, new),
+        _columns(names),
+        SQL(" OVERRIDING SYSTEM VALUE" if override_identity or drawn else ""),
+        SQL(", ").join(values),
+        source,
+        tail,
+    )
+
+
+def loaded_not_in_target(
+    schema: str, table: str, source: Composable, key: Sequence[str], nullable: Sequence[str]
+) -> Composed:
+    """``source`` (the latest loaded rows) less the rows whose key is in the target."""
+    return SQL("SELECT l.* FROM ({}) l WHERE NOT EXISTS (SELECT 1 FROM {} t WHERE {})").format(
+        source, _table(schema, table), _key_match(key, nullable, "l", "t")
+    )
+
+
+def renumber_identity(schema: str, table: str, column: str, sequence: tuple[str, str]) -> Composed:
+    """Append rebuild: rows COPYed into staging without an identity column took numbers from
+    staging's own sequence; give them the target's, as an INSERT into the target would."""
+    return SQL("UPDATE {} SET {} = nextval({}::regclass)").format(
+        _table(schema, table), Identifier(column), Literal(Identifier(*sequence).as_string())
+    )
+
+
+def restart_identity(schema: str, table: str, column: str) -> Composed:
+    """Put a table's identity sequence back at its start (the swap then sets the target's)."""
+    return SQL("ALTER TABLE {} ALTER COLUMN {} RESTART").format(
+        _table(schema, table), Identifier(column)
     )

@@ -20,6 +20,7 @@ from airflow_pg_bulk import (
     history,
     naming,
     planning,
+    rebuild,
     records,
     rejects,
     sources,
@@ -120,6 +121,8 @@ def prepare(
             conn.rollback()
             key = planning.upsert_spec(request, target, columns, indexes)
         total = sum(f.size for f in files)
+        strategy = rebuild.resolve(conn, request, target, total)
+        conn.rollback()
         partitions = sources.plan_partitions(
             files, request.copy, request.partition_count(total), header_lengths
         )
@@ -133,6 +136,7 @@ def prepare(
             logical_date=logical_date,
             upsert=key,
             file_order=[f.path for f in files],
+            strategy=strategy,
         )
         digest = planning.plan_digest(plan)
         # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout
@@ -151,10 +155,11 @@ def prepare(
         rollback_quietly(conn)
         raise
     log.info(
-        "Prepared load %s into %s (%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
+        "Prepared load %s into %s (%s%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
         load_id,
         target.qualified,
         request.mode,
+        ", rebuild" if plan.rebuilds else "",
         len(files),
         total / 1e6,
         len(partitions),
@@ -179,7 +184,8 @@ def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
 
 def _create_staging(conn: Any, plan: LoadPlan) -> None:
     t = plan.target
-    if plan.mode == "replace":
+    if plan.mode == "replace" or (plan.mode == "append" and plan.rebuilds):
+        # an append that rebuilds COPYs into the table it swaps in (see rebuild.py)
         version = scalar(conn, sql.server_version())
         execute(
             conn,

@@ -177,6 +177,11 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param on_duplicate_key: a key loaded more than once: ``last``: the row latest in source
         order wins (files in the order given, each glob's matches by name; lines in file order);
         ``fail``: the load fails naming the key, the target untouched; default ``last``.
+    :param strategy: how the rows reach the target: ``in_place`` (INSERT into it); ``rebuild``
+        (a new table = its rows + the loaded rows, indexed, then swapped in as a replace does;
+        needs a replace's privileges); ``auto``: the cheaper by the cost model in
+        docs/design.md, in place when a rebuild is not possible (said in the log); default
+        ``auto``.
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
         replace, ``False`` for append and upsert.
@@ -228,6 +233,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         columns: Sequence[str] | None = None,
         key: Sequence[str] | None = None,
         on_duplicate_key: str = "last",
+        strategy: str = "auto",
         staging_logged: bool | None = None,
         lock_timeout: str = "30s",
         maintenance_work_mem: str = "512MB",

@@ -1,0 +1,217 @@
+"""``strategy="rebuild"`` for append and upsert: a new table built from the target's rows and
+the loaded rows, indexed and constrained as the target is, then swapped in as a replace does.
+
+prepare resolves the strategy (:func:`resolve`: the pure cost model is
+:func:`airflow_pg_bulk.planning.choose_strategy`; a rebuild needs a replace's privileges).
+finalize (:func:`finalize_rebuild`) works in ONE transaction, under ``lock_timeout`` and the
+target's advisory lock:
+
+1. ``LOCK target IN EXCLUSIVE MODE``: writers wait from here to the commit; readers go on
+   reading the old table;
+2. the new table: for an append, staging itself (created LIKE the target by prepare, the
+   loaded rows COPYed into it) plus the target's rows; for an upsert, a table LIKE the target
+   filled with the target's rows whose key is not loaded and the latest loaded row per key
+   (the columns not loaded taken from the row it replaces) — staging, with its source order
+   column, stays as it is;
+3. the target's indexes and constraints (FKs NOT VALID then VALIDATE), ANALYZE
+   (:func:`airflow_pg_bulk.finalize.build_on_staging`);
+4. the replace's swap (:func:`airflow_pg_bulk.finalize._swap`: triggers, grants, owner,
+   comments, sequences, views, referencing keys), the load noted finalized, COMMIT.
+
+A failure anywhere rolls all of it back: the target is as it was, the new table never
+existed. See docs/design.md, "append and upsert: in place or rebuild".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from typing import Any
+
+from airflow_pg_bulk import finalize, history, naming, planning, sql, upsert
+from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence
+from airflow_pg_bulk.driver import execute, execute_count, scalar, server_version
+from airflow_pg_bulk.figures import PhaseClock
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition
+
+log = logging.getLogger(__name__)
+
+
+def obstacle(conn: Any, target: TargetDefinition) -> str | None:
+    """Why the target cannot be rebuilt and swapped (what a replace would refuse), or None."""
+    owner, _insert, _create, role, _update = execute(conn, sql.loader_privileges(target.oid))[0]
+    if not owner:
+        return (
+            f"a rebuild swaps in a new table, which needs the role {role} to own "
+            f"{target.qualified} as a replace does (its owner is {target.owner})"
+        )
+    if target.unsupported:
+        return "; ".join(target.unsupported) + " (a swapped-in table cannot carry it over)"
+    return None
+
+
+def resolve(conn: Any, request: LoadRequest, target: TargetDefinition, load_bytes: int) -> str:
+    """prepare: the strategy of an append or upsert, by the cost model; logs why."""
+    if request.mode == "replace":
+        return "in_place"
+    target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
+    choice, why = planning.choose_strategy(
+        planning.StrategyInputs(
+            mode=request.mode,
+            requested=request.strategy,
+            load_bytes=load_bytes,
+            target_bytes=target_bytes,
+            indexes=len(target.indexes),
+            foreign_keys=sum(c.kind == ConstraintKind.FOREIGN_KEY for c in target.constraints),
+            triggers=triggers,
+            obstacle=obstacle(conn, target) if request.strategy != "in_place" else None,
+        )
+    )
+    (log.warning if request.strategy == "auto" and "not possible" in why else log.info)(
+        "%s into %s: strategy %s (%s)", request.mode, target.qualified, choice, why
+    )
+    return choice
+
+
+def finalize_rebuild(
+    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+) -> tuple[int, int] | None:
+    """Build the new table and swap it in, in one transaction (see the module's docstring).
+    Returns an upsert's (rows inserted, rows updated); None for an append."""
+    t = plan.target
+    execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
+    conn.commit()
+    merged = None
+    with clock.phase("copy_over"):
+        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+        execute(conn, sql.advisory_xact_lock(t.oid))
+        execute(conn, sql.lock_for_rebuild(t.schema, t.table))
+        if plan.mode == "append":
+            new = _append_rows(conn, plan, rows)
+        else:
+            new, merged = _upsert_rows(conn, plan, rows)
+    # the swap's plan: the new table in staging's place; no logical-date check (the target's
+    # rows are all kept, nothing older overwrites anything newer)
+    built = dataclasses.replace(plan, staging_table=new, logical_date=None)
+    index_names, constraint_names = finalize.build_on_staging(
+        conn, built, clock, {}, commit=lambda: None
+    )
+    with clock.phase("swap"):
+        finalize._swap(conn, built, index_names, constraint_names)
+        history.record_finalized(conn, plan, rows, nbytes, rejected)
+        conn.commit()
+    if merged:
+        log.info(
+            "Upsert of load %s into %s rebuilt: %d rows inserted, %d updated",
+            plan.load_id,
+            t.qualified,
+            *merged,
+        )
+    return merged
+
+
+def _copied_columns(target: TargetDefinition) -> list[str]:
+    return planning.loadable_columns(target)
+
+
+def _always(target: TargetDefinition, columns: list[str] | tuple[str, ...]) -> bool:
+    return any(c.identity == Identity.ALWAYS and c.name in columns for c in target.columns)
+
+
+def _append_rows(conn: Any, plan: LoadPlan, rows: int) -> str:
+    """Append: staging (LIKE the target) holds the loaded rows; add the target's to it."""
+    t = plan.target
+    stage = plan.staging_table
+    staged = scalar(conn, sql.count_rows(t.schema, stage))
+    if staged != rows:
+        raise finalize._staging_lost(plan, staged, rows)
+    if not plan.staging_logged and t.persistence == Persistence.PERMANENT:
+        execute(conn, sql.set_logged(t.schema, stage))
+    for seq in t.sequences:
+        if seq.kind == "identity" and seq.column not in plan.columns:
+            # COPY numbered the rows from staging's own sequence: number them from the
+            # target's, as an INSERT into the target would, and start staging's again (the
+            # swap then carries the target's position over)
+            execute(
+                conn, sql.renumber_identity(t.schema, stage, seq.column, (seq.schema, seq.name))
+            )
+            execute(conn, sql.restart_identity(t.schema, stage, seq.column))
+    columns = _copied_columns(t)
+    execute(
+        conn,
+        sql.copy_rows_over(
+            t.schema, stage, t.table, columns, override_identity=_always(t, columns)
+        ),
+    )
+    return stage
+
+
+def _upsert_rows(conn: Any, plan: LoadPlan, rows: int) -> tuple[str, tuple[int, int]]:
+    """Upsert: a new table LIKE the target = its rows whose key is not loaded + the latest
+    loaded row per key. Returns the new table and (rows inserted, rows updated)."""
+    t = plan.target
+    spec = plan.upsert
+    if spec is None:
+        raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
+    stage = plan.staging_table
+    if not plan.staging_logged:
+        staged = scalar(conn, sql.count_rows(t.schema, stage))
+        if staged != rows:
+            raise finalize._staging_lost(plan, staged, rows)
+    if spec.on_duplicate_key != "last":
+        upsert._refuse_duplicates(conn, plan)
+    new = naming.rebuilt_table(plan.load_id)
+    execute(
+        conn,
+        sql.create_staging_like(
+            t.schema,
+            new,
+            t.table,
+            logged=t.persistence == Persistence.PERMANENT,
+            server_version=server_version(conn),
+        ),
+    )
+    by_name = {c.name: c for c in t.columns}
+    # NULL matches NULL only where the key's index says NULLs are not distinct
+    nullable = [] if spec.key_may_be_null else [c for c in spec.key if not by_name[c].not_null]
+    columns = _copied_columns(t)
+    before = scalar(conn, sql.count_rows(t.schema, t.table))
+    kept = execute_count(
+        conn,
+        sql.copy_rows_over(
+            t.schema,
+            new,
+            t.table,
+            columns,
+            override_identity=_always(t, columns),
+            unless_loaded=(stage, spec.key, nullable),
+        ),
+    )
+    updated = before - kept
+    latest = sql.latest_loaded(
+        t.schema, stage, plan.columns, spec.key, key_may_be_null=spec.key_may_be_null
+    )
+    others = [c for c in columns if c not in plan.columns]
+
+    def insert(source: Any, **how: Any) -> int:
+        return execute_count(
+            conn,
+            sql.insert_loaded_rebuild(t.schema, new, t.table, source, plan.columns, **how),
+        )
+
+    if not others:
+        loaded = insert(latest, override_identity=_always(t, plan.columns))
+        return new, (loaded - updated, updated)
+    # columns not loaded: an updated row keeps its own, an inserted row gets the defaults
+    insert(latest, kept=others, match=(spec.key, nullable), override_identity=_always(t, columns))
+    drawn = [
+        (s.column, s.schema, s.name)
+        for s in t.sequences
+        if s.kind == "identity" and s.column not in plan.columns
+    ]
+    inserted = insert(
+        sql.loaded_not_in_target(t.schema, t.table, latest, spec.key, nullable),
+        drawn=drawn,
+        override_identity=_always(t, plan.columns),
+    )
+    return new, (inserted, updated)
