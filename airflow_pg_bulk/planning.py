@@ -81,10 +81,11 @@ def staging_logged(
 #: old version). Both grow linearly, so the choice is a ratio: rebuild while the target's heap
 #: is at most BREAK_EVEN[mode] times the load's source bytes. Fitted from the measurements in
 #: docs/design.md (workload A, 2 cores, PostgreSQL 15).
-BREAK_EVEN: dict[str, float] = {"append": 2.0, "upsert": 4.0}
-#: Without any index or constraint an in-place append is a plain INSERT … SELECT, which a
-#: rebuild cannot beat once the target holds rows: only an empty target is rebuilt then.
-BREAK_EVEN_BARE: dict[str, float] = {"append": 0.0, "upsert": 1.0}
+BREAK_EVEN: dict[str, float] = {"append": 6.0, "upsert": 5.0}
+#: Without any index or foreign key an in-place append is a plain INSERT … SELECT, which a
+#: rebuild (it writes the target's rows again) cannot beat once the target holds rows: only
+#: an empty target is rebuilt then. (An upsert's target always has its key's unique index.)
+BREAK_EVEN_BARE = 0.0
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def choose_strategy(inputs: StrategyInputs) -> tuple[str, str]:
     if inputs.target_bytes == 0:
         return "rebuild", "the target is empty"
     bare = not inputs.indexes and not inputs.foreign_keys
-    limit = (BREAK_EVEN_BARE if bare else BREAK_EVEN)[inputs.mode]
+    limit = BREAK_EVEN_BARE if bare else BREAK_EVEN[inputs.mode]
     ratio = inputs.target_bytes / max(inputs.load_bytes, 1)
     if ratio <= limit:
         return "rebuild", (
