@@ -1,6 +1,6 @@
 """Where a DAG run's time went: the load itself (finalize's figures, prepare's start to the
-swap) and the rest, from the run's own records in Airflow's metadata database (SQLite): the
-task instances' scheduled, queued, start and end times and finalize's XCom.
+swap) and the rest, from the run's own records in Airflow's metadata database (SQLite or
+PostgreSQL): the task instances' scheduled, queued, start and end times and finalize's XCom.
 
 The parts listed add up to the run's wall time, trigger to the run's end:
 
@@ -16,12 +16,12 @@ The parts listed add up to the run's wall time, trigger to the run's end:
 from __future__ import annotations
 
 import json
-import sqlite3
-import urllib.parse
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow_pg_bulk.demo.harness.metadata import MetadataDb
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,10 @@ class RunTimes:
 def _ts(value: Any) -> datetime | None:
     if value in (None, ""):
         return None
-    moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if isinstance(value, datetime):  # PostgreSQL: timestamptz
+        moment = value
+    else:  # SQLite: text
+        moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
@@ -66,32 +69,36 @@ def _xcom(raw: Any) -> Any:
 
 
 def read_run(
-    db_path: Path, dag_id: str, run_id: str, triggered_at: datetime, finalize_task: str
+    db: MetadataDb, dag_id: str, run_id: str, triggered_at: datetime, finalize_task: str
 ) -> RunTimes:
-    """The run's times from the metadata database at ``db_path`` (opened read-only)."""
-    uri = "file:" + urllib.parse.quote(str(db_path)) + "?mode=ro"
-    conn = sqlite3.connect(uri, uri=True, timeout=10)
-    try:
-        start, end = conn.execute(
-            "SELECT start_date, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?",
+    """The run's times from the harness's metadata database (SQLite or PostgreSQL)."""
+    runs = db.query(
+        "SELECT start_date, end_date FROM dag_run WHERE dag_id = ? AND run_id = ?",
+        (dag_id, run_id),
+    )
+    start, end = (runs[0]["start_date"], runs[0]["end_date"]) if runs else (None, None)
+    tasks = [
+        TaskTimes(
+            str(row["task_id"]),
+            int(row["map_index"]),
+            str(row["state"]),
+            *(
+                _ts(row[name])
+                for name in ("scheduled_dttm", "queued_dttm", "start_date", "end_date")
+            ),
+        )
+        for row in db.query(
+            "SELECT task_id, map_index, state, scheduled_dttm, queued_dttm, start_date,"
+            " end_date FROM task_instance WHERE dag_id = ? AND run_id = ?",
             (dag_id, run_id),
-        ).fetchone()
-        tasks = [
-            TaskTimes(task, int(index), str(state), *map(_ts, times))
-            for task, index, state, *times in conn.execute(
-                "SELECT task_id, map_index, state, scheduled_dttm, queued_dttm, start_date,"
-                " end_date FROM task_instance WHERE dag_id = ? AND run_id = ?",
-                (dag_id, run_id),
-            )
-        ]
-        row = conn.execute(
-            "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = ?"
-            " AND key = 'return_value'",
-            (dag_id, run_id, finalize_task),
-        ).fetchone()
-    finally:
-        conn.close()
-    figures = _xcom(row[0]) if row else None
+        )
+    ]
+    rows = db.query(
+        "SELECT value FROM xcom WHERE dag_id = ? AND run_id = ? AND task_id = ?"
+        " AND key = 'return_value'",
+        (dag_id, run_id, finalize_task),
+    )
+    figures = _xcom(rows[0]["value"]) if rows else None
     return RunTimes(triggered_at, _ts(start), _ts(end), tasks, figures)
 
 

@@ -1,4 +1,5 @@
-"""Read-only queries on the harness's SQLite metadata database (much faster than the CLI)."""
+"""Read-only queries on the harness's metadata database, SQLite or PostgreSQL (much faster
+than the CLI)."""
 
 from __future__ import annotations
 
@@ -32,18 +33,37 @@ def parse_ts(value: Any) -> datetime | None:
 
 
 class MetadataDb:
-    """Queries on the metadata database at ``db_path`` (opened read-only for each query).
+    """Queries on the metadata database, opened read-only for each query: the SQLite file
+    ``db`` (a path), or the PostgreSQL database at ``db`` (a libpq URI or connection string,
+    see :func:`libpq_dsn`). Queries are written with ``?`` placeholders for both.
 
     :param home: the ``AIRFLOW_HOME``, for task logs; :param dags_folder: for import errors.
     """
 
-    def __init__(self, db_path: Path, home: Path, dags_folder: Path) -> None:
-        self.db_path = db_path
+    def __init__(self, db: Path | str, home: Path, dags_folder: Path) -> None:
+        self.db_path = db if isinstance(db, Path) else None
+        self.dsn = db if isinstance(db, str) else None
         self.home = home
         self.dags_folder = dags_folder
 
+    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[Any]:
+        """Run a read-only query; rows are read by column name (``row["state"]``). SQLite is
+        retried briefly while the database is locked or not migrated."""
+        if self.dsn is not None:
+            return self._pg_query(sql, params)
+        for attempt in range(20):
+            try:
+                with self._sqlite() as conn:
+                    return list(conn.execute(sql, params).fetchall())
+            except sqlite3.OperationalError as err:
+                if attempt == 19:
+                    raise
+                log.debug("sqlite read failed (%s), retrying", err)
+                time.sleep(0.25)
+        raise AssertionError("unreachable")
+
     @contextlib.contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
+    def _sqlite(self) -> Iterator[sqlite3.Connection]:
         uri = "file:" + urllib.parse.quote(str(self.db_path)) + "?mode=ro"
         conn = sqlite3.connect(uri, uri=True, timeout=10)
         conn.row_factory = sqlite3.Row
@@ -52,18 +72,17 @@ class MetadataDb:
         finally:
             conn.close()
 
-    def query(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
-        """Run a read-only query, retrying briefly while the database is locked / not migrated."""
-        for attempt in range(20):
-            try:
-                with self._db() as conn:
-                    return list(conn.execute(sql, params).fetchall())
-            except sqlite3.OperationalError as err:
-                if attempt == 19:
-                    raise
-                log.debug("sqlite read failed (%s), retrying", err)
-                time.sleep(0.25)
-        raise AssertionError("unreachable")
+    def _pg_query(self, sql: str, params: tuple[Any, ...]) -> list[Any]:
+        import psycopg
+        from psycopg.rows import dict_row
+
+        assert self.dsn is not None
+        # the harness's own queries: ``?`` is never inside a literal in them
+        text = sql.replace("%", "%%").replace("?", "%s")
+        with psycopg.connect(
+            self.dsn, autocommit=True, row_factory=dict_row, connect_timeout=10
+        ) as conn:
+            return list(conn.execute(text, params).fetchall())
 
     def import_errors(self) -> list[tuple[str, str]]:
         """``(filename, stacktrace)`` of all import errors recorded by the dag-processor."""
@@ -108,7 +127,8 @@ class MetadataDb:
             raise AirflowRunnerError(f"DAG run {dag_id}/{run_id} not found in the metadata DB")
         run = runs[0]
         tis = self.query(
-            "SELECT task_id, map_index, state, start_date, end_date, pid, try_number"
+            "SELECT task_id, map_index, state, start_date, end_date, pid, try_number,"
+            " hostname, queue"
             " FROM task_instance"
             " WHERE dag_id = ? AND run_id = ? ORDER BY task_id, map_index",
             (dag_id, run_id),
@@ -136,6 +156,8 @@ class MetadataDb:
                     pid=int(ti["pid"]) if ti["pid"] is not None else None,
                     try_number=int(ti["try_number"] or 0),
                     log_tail=tail,
+                    hostname=ti["hostname"] or None,
+                    queue=ti["queue"] or None,
                 )
             )
         return DagRunResult(

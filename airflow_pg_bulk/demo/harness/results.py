@@ -46,6 +46,8 @@ class TaskRun:
     pid: int | None
     try_number: int = 0
     log_tail: str | None = None
+    hostname: str | None = None  # where it ran (a Celery worker's name under the harness)
+    queue: str | None = None
 
     @property
     def duration(self) -> float | None:

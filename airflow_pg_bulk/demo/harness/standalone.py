@@ -125,6 +125,11 @@ class AirflowStandalone:
         return f"http://127.0.0.1:{self.port}"
 
     @property
+    def services_log(self) -> str:
+        """Where the Airflow services log (for messages)."""
+        return str(self.log_path)
+
+    @property
     def pid(self) -> int | None:
         """Pid (and process-group id) of the ``airflow standalone`` process."""
         return self._proc.pid if self._proc is not None else None
@@ -169,13 +174,12 @@ class AirflowStandalone:
             self.home = Path(tempfile.mkdtemp(prefix="airflow-pg-bulk-"))
         self.port = self._requested_port or free_port()
         self.env = self._build_env()
-        conn = self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
-        if not conn.startswith(_SQLITE_PREFIX):
+        try:
+            self._metadata = MetadataDb(self._metadata_source(), self.home, self.dags_folder)
+        except BaseException:
             self._cleanup_home()
-            raise AirflowRunnerError(f"only a SQLite metadata database is supported, got {conn!r}")
-        self.db_path = Path(conn[len(_SQLITE_PREFIX) :].split("?", 1)[0])
+            raise
         self._api = RestClient(self.base_url, self.home, self.env)
-        self._metadata = MetadataDb(self.db_path, self.home, self.dags_folder)
         self.log_path = self._log_to or self.home / "standalone.log"
         try:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -185,7 +189,7 @@ class AirflowStandalone:
             raise
 
         log.info(
-            "starting airflow standalone: home=%s port=%s dags=%s log=%s",
+            "starting airflow: home=%s port=%s dags=%s log=%s",
             self.home,
             self.port,
             self.dags_folder,
@@ -193,24 +197,40 @@ class AirflowStandalone:
         )
         self.started_at = time.monotonic()
         try:
-            self._proc = subprocess.Popen(
-                [sys.executable, "-m", "airflow", "standalone"],
-                cwd=str(self.home),
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=self._log_fh,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            self._start()
             self._wait_ready()
         except BaseException:
             self._teardown()
             raise
         self.ready_seconds = time.monotonic() - self.started_at
-        log.info(
-            "airflow standalone ready after %.1f s (pid %s)", self.ready_seconds, self._proc.pid
-        )
+        log.info("airflow ready after %.1f s (pid %s)", self.ready_seconds, self.pid)
         return self
+
+    def _metadata_source(self) -> Path | str:
+        """What :class:`MetadataDb` reads: here the SQLite file ``airflow standalone`` uses."""
+        conn = self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"]
+        if not conn.startswith(_SQLITE_PREFIX):
+            raise AirflowRunnerError(f"only a SQLite metadata database is supported, got {conn!r}")
+        self.db_path = Path(conn[len(_SQLITE_PREFIX) :].split("?", 1)[0])
+        return self.db_path
+
+    def _start(self) -> None:
+        """Start the Airflow processes (here ``airflow standalone``, a process group leader)."""
+        assert self.home is not None
+        self._proc = subprocess.Popen(
+            [sys.executable, "-m", "airflow", "standalone"],
+            cwd=str(self.home),
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log_fh,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _exited(self) -> str | None:
+        """Why Airflow is no longer running (a process exited), or ``None`` while it runs."""
+        code = self._proc.poll() if self._proc is not None else None
+        return None if code is None else f"airflow standalone exited with code {code}"
 
     def __exit__(
         self,
@@ -231,11 +251,9 @@ class AirflowStandalone:
         deadline = self.started_at + self.startup_timeout
         last: Any = None
         while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise self._startup_failure(
-                    f"airflow standalone exited with code {code} during startup"
-                )
+            exited = self._exited()
+            if exited is not None:
+                raise self._startup_failure(f"{exited} during startup")
             try:
                 health = self.api.request("GET", "/api/v2/monitor/health", auth=False, timeout=5)
             except (OSError, ValueError, AirflowRunnerError) as err:  # not up yet
@@ -251,8 +269,7 @@ class AirflowStandalone:
                     return
             if time.monotonic() > deadline:
                 raise self._startup_failure(
-                    f"airflow standalone not ready after {self.startup_timeout:.0f} s"
-                    f" (last health: {last!r})"
+                    f"airflow not ready after {self.startup_timeout:.0f} s (last health: {last!r})"
                 )
             time.sleep(_POLL_INTERVAL)
 
@@ -322,10 +339,9 @@ class AirflowStandalone:
             if errors:
                 text = "\n".join(f"--- {name} ---\n{trace}" for name, trace in errors)
                 raise DagImportError(f"DAG {dag_id!r} failed to import:\n{text}")
-            if self._proc is not None and self._proc.poll() is not None:
-                raise AirflowRunnerError(
-                    f"airflow standalone died while waiting for DAG {dag_id!r}"
-                )
+            exited = self._exited()
+            if exited is not None:
+                raise AirflowRunnerError(f"{exited} while waiting for DAG {dag_id!r}")
             if time.monotonic() > deadline:
                 others = "\n".join(
                     f"--- {name} ---\n{trace}" for name, trace in self.import_errors()
@@ -335,6 +351,17 @@ class AirflowStandalone:
                     + (f"; import errors:\n{others}" if others else "")
                 )
             time.sleep(_POLL_INTERVAL)
+
+    def set_pool(self, name: str, slots: int) -> None:
+        """Create the pool ``name`` with ``slots`` slots, or set its slots."""
+        body = {"name": name, "slots": slots, "include_deferred": False}
+        try:
+            self.api.request("POST", "/api/v2/pools", body)
+        except AirflowRunnerError as err:
+            if "HTTP 409" not in str(err):
+                raise
+            quoted = urllib.parse.quote(name, safe="")
+            self.api.request("PATCH", f"/api/v2/pools/{quoted}?update_mask=slots", body)
 
     def trigger(
         self, dag_id: str, *, conf: Mapping[str, Any] | None = None
@@ -391,8 +418,9 @@ class AirflowStandalone:
                 last_state = state
             if state in DAG_RUN_FINISHED_STATES:
                 break
-            if self._proc.poll() is not None:
-                raise AirflowRunnerError(f"airflow standalone died during run {dag_id}/{run_id}")
+            exited = self._exited()
+            if exited is not None:
+                raise AirflowRunnerError(f"{exited} during run {dag_id}/{run_id}")
             if time.monotonic() > deadline:
                 snap = self.snapshot(dag_id, run_id, triggered_at)
                 raise TimeoutError(
