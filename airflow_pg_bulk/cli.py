@@ -3,6 +3,7 @@
     airflow-pg-bulk [-q] load --conn DSN --table SCHEMA.TABLE --source PATH_OR_GLOB
         --mode replace|append|upsert [--source ...] [one flag per load option] [--jobs N] [--json]
     airflow-pg-bulk [-q] demo [--conn DSN] [--days D] [--meters M] [--partitions N] [--no-airflow]
+                              [--executor {local,celery}] [--broker-url URL]
 
 The load flags are generated from :mod:`airflow_pg_bulk.options` (``--help`` lists them with
 their defaults); ``--mode`` is required. Exit status 0 on success; on failure the error goes to
@@ -88,6 +89,17 @@ def _demo_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         "--no-airflow",
         action="store_true",
         help="skip the run under a real Airflow scheduler (in-process load only)",
+    )
+    p.add_argument(
+        "--executor",
+        choices=("local", "celery"),
+        default="local",
+        help="the DAG run's executor: LocalExecutor, or CeleryExecutor with two workers",
+    )
+    p.add_argument(
+        "--broker-url",
+        help="with --executor celery: Celery's broker (redis://...); default a throwaway "
+        "valkey/redis server",
     )
     p.add_argument("--workdir", help="keep data files and Airflow's home here")
 

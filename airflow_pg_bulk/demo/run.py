@@ -5,8 +5,10 @@
    as CSV files with a header;
 3. time the classic way: one COPY per file, on one connection, into the indexed table;
 4. load the same files with airflow-pg-bulk in this process (prepare, parallel COPY, finalize);
-5. load them again with the example DAG under a real Airflow scheduler (LocalExecutor), so
-   the mapped COPY tasks run in parallel;
+5. load them again with the example DAG under a real Airflow scheduler, so the mapped COPY
+   tasks run in parallel: LocalExecutor, or with ``--executor celery`` CeleryExecutor with two
+   workers, a broker (``--broker-url`` or a throwaway one) and the metadata in a database of
+   its own on the demo's PostgreSQL (``pg_bulk_demo_airflow``, dropped at the end);
 6. check all three tables hold the same rows, print the figures side by side, tear down.
 """
 
@@ -38,6 +40,9 @@ DAG_ID = "pg_bulk_smart_meter"
 GROUP = "load_readings"  # the demo DAG's pg_bulk_load group
 _HARNESS_LOGGERS = ("airflow_pg_bulk.demo.harness", "airflow_pg_bulk.demo.airflow_runner")
 CONN_ID = "pg_bulk_demo"
+METADATA_DB = "pg_bulk_demo_airflow"  # Airflow's metadata under --executor celery
+WORKERS = ("w1", "w2")
+_EXECUTORS = {"local": "LocalExecutor", "celery": "CeleryExecutor, workers " + ", ".join(WORKERS)}
 
 
 @contextlib.contextmanager
@@ -114,13 +119,13 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
         dag_seconds = None
         dag_figures: dict[str, Any] | None = None
         if not args.no_airflow:
+            executor = _EXECUTORS[args.executor]
             print(
-                "\n[3/3] the same load as an Airflow DAG under a real scheduler "
-                "(LocalExecutor) ...",
+                f"\n[3/3] the same load as an Airflow DAG under a real scheduler ({executor}) ...",
                 flush=True,
             )
             dag_seconds, dag_figures = _run_dag(
-                dsn, glob, args.partitions, workdir, args.workdir is not None
+                dsn, glob, args.partitions, workdir, args.workdir is not None, args
             )
             if workload.checksum(conn, SCHEMA, "readings") != reference:
                 raise RuntimeError("the DAG's load differs from the naive load")
@@ -164,10 +169,13 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
 
 
 def _run_dag(
-    dsn: str, glob: str, partitions: int, workdir: Path, keep: bool
+    dsn: str,
+    glob: str,
+    partitions: int,
+    workdir: Path,
+    keep: bool,
+    args: argparse.Namespace,
 ) -> tuple[float, dict[str, Any] | None]:
-    from airflow_pg_bulk.demo.harness import AirflowStandalone
-
     dags = Path(__file__).resolve().parent / "dags"
     env = {
         f"AIRFLOW_CONN_{CONN_ID.upper()}": airflow_connection_json(dsn),
@@ -175,12 +183,47 @@ def _run_dag(
         "PG_BULK_DEMO_PARTITIONS": str(partitions),
     }
     home = workdir / "airflow"
-    started = time.perf_counter()
     # The harness logs each step of starting and stopping Airflow (a second SIGTERM to the
     # services that wait for one, ...): the demo says what matters on stdout instead.
     for name in _HARNESS_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    airflow = AirflowStandalone(dags, env=env, home=home, parallelism=max(4, partitions))
+    parallelism = max(4, partitions)
+    with contextlib.ExitStack() as stack:
+        if getattr(args, "executor", "local") == "celery":
+            from airflow_pg_bulk.demo.harness.broker import throwaway_broker
+            from airflow_pg_bulk.demo.harness.celery import (
+                AirflowCelery,
+                CeleryWorker,
+                scratch_database,
+            )
+
+            broker = args.broker_url or stack.enter_context(throwaway_broker(workdir / "broker"))
+            metadata = stack.enter_context(scratch_database(dsn, METADATA_DB))
+            concurrency = max(1, -(-partitions // len(WORKERS)))
+            airflow: Any = AirflowCelery(
+                dags,
+                metadata_dsn=metadata,
+                broker_url=broker,
+                workers=[CeleryWorker(name, concurrency=concurrency) for name in WORKERS],
+                env=env,
+                home=home,
+                parallelism=parallelism,
+            )
+            print(
+                f"      broker {'given' if args.broker_url else 'throwaway'}: {broker}",
+                flush=True,
+            )
+        else:
+            from airflow_pg_bulk.demo.harness import AirflowStandalone
+
+            airflow = AirflowStandalone(dags, env=env, home=home, parallelism=parallelism)
+        return _run_dag_in(airflow, glob, home, keep)
+
+
+def _run_dag_in(
+    airflow: Any, glob: str, home: Path, keep: bool
+) -> tuple[float, dict[str, Any] | None]:
+    started = time.perf_counter()
     with airflow:
         airflow.wait_for_dag(DAG_ID)
         print(
@@ -192,9 +235,8 @@ def _run_dag(
         if result.state != "success":
             print(result.describe(), flush=True)
             raise RuntimeError(f"DAG run {result.run_id} ended {result.state}")
-        assert airflow.db_path is not None
         times = breakdown.read_run(
-            airflow.db_path, DAG_ID, result.run_id, result.triggered_at, f"{GROUP}.finalize"
+            airflow.metadata, DAG_ID, result.run_id, result.triggered_at, f"{GROUP}.finalize"
         )
         print(
             f"      DAG run {result.run_id}: {result.state} in {result.wall_seconds:.2f} s "
@@ -206,12 +248,14 @@ def _run_dag(
         print(breakdown.describe(times, GROUP), flush=True)
         copies = result.max_concurrency(f"{GROUP}.copy")
         print(f"      COPY tasks running at once (most): {copies}", flush=True)
+        hosts = sorted({t.hostname or "?" for t in result.task_runs(f"{GROUP}.copy")})
+        print(f"      copy tasks ran on: {', '.join(hosts)}", flush=True)
         logs = home / "logs" / f"dag_id={DAG_ID}" / f"run_id={result.run_id}"
         kept = "kept: --workdir" if keep else "deleted at exit; --workdir DIR keeps them"
         print(
             f"      Airflow's logs ({kept}):\n"
             f"        the tasks': {logs}\n"
-            f"        the scheduler's and the other services': {home / 'standalone.log'}",
+            f"        the scheduler's and the other services': {airflow.services_log}",
             flush=True,
         )
         print("      Stopping Airflow ...", flush=True)
