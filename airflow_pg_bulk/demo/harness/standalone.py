@@ -406,6 +406,16 @@ class AirflowStandalone:
             )
         self.wait_for_dag(dag_id, timeout=min(timeout, 300))
         run_id, triggered_at = self.trigger(dag_id, conf=conf)
+        result = self.wait_for_run(dag_id, run_id, triggered_at, timeout=timeout)
+        if raise_on_failure and not result.succeeded:
+            raise DagRunFailedError(result)
+        return result
+
+    def wait_for_run(
+        self, dag_id: str, run_id: str, triggered_at: datetime, *, timeout: float = 1800
+    ) -> DagRunResult:
+        """Wait for a triggered run to finish (runs of several DAGs may go on at once) and
+        return its result, as :meth:`run_dag` does."""
         deadline = time.monotonic() + timeout
         last_state = None
         while True:
@@ -435,6 +445,4 @@ class AirflowStandalone:
             result.state,
             result.wall_seconds or float("nan"),
         )
-        if raise_on_failure and not result.succeeded:
-            raise DagRunFailedError(result)
         return result
