@@ -49,6 +49,8 @@ def kind(language: str, code: str) -> str:
             return "benchmark"
         if code.startswith("airflow-pg-bulk load"):
             return "cli"
+        if code.startswith(".venv/bin/airflow-pg-bulk demo --executor celery"):
+            return "celery-demo"
         if "airflow dags test" in code:
             return "airflow"
     if language == "text" and "prepare" in code and "cleanup" in code:
@@ -68,6 +70,7 @@ def test_every_block_is_known():
         "cli",
         "python",
         "benchmark",
+        "celery-demo",
     }
 
 
@@ -96,6 +99,16 @@ def test_install_commands_name_real_extras_and_commands():
     assert "'.[demo]'" in demo and "'.[test]'" in tests
     assert tests.strip().endswith("&& .venv/bin/python -m pytest")
     assert shutil.which("airflow-pg-bulk", path=str(BIN))
+
+
+def test_celery_demo_command_parses():
+    """Not run here (it starts a second Airflow: tests/test_celery.py runs the same harness on
+    CeleryExecutor): the demo takes the command's flags."""
+    (code,) = [c for c in blocks("bash") if kind("bash", c) == "celery-demo"]
+    from airflow_pg_bulk.cli import build_parser
+
+    args = build_parser().parse_args(code.split()[1:])
+    assert args.command == "demo" and args.executor == "celery"
 
 
 def test_benchmark_command_names_a_real_module_and_flags():
