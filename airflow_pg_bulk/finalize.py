@@ -113,7 +113,7 @@ def check_ledger_plan(conn: Any, plan: LoadPlan) -> None:
     new plan; a COPY or finalize still holding the old plan must not mix the two."""
     t = plan.target
     found = scalar(conn, sql.ledger_digest(t.schema, plan.ledger_table))
-    if found == planning.plan_digest(plan):
+    if found == (plan.digest or planning.plan_digest(plan)):
         return
     if found is None:
         raise IncompleteLoadError(

@@ -38,18 +38,37 @@ class PlainData:
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
         """Rebuild the object from :meth:`to_dict` output; unknown keys are an error."""
-        hints = typing.get_type_hints(cls)
-        names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-        unknown = set(data) - names
+        hints = _hints(cls)
+        unknown = set(data) - hints.keys()
         if unknown:
             raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
         kwargs = {name: _from_plain(hints[name], value) for name, value in data.items()}
         return cls(**kwargs)
 
 
+# per class, once: a plan of 100,000 files has 100,000 pieces to convert
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_HINTS: dict[type, dict[str, Any]] = {}
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    hints = _HINTS.get(cls)
+    if hints is None:
+        every = typing.get_type_hints(cls)
+        hints = _HINTS[cls] = {f.name: every[f.name] for f in dataclasses.fields(cls)}
+    return hints
+
+
 def _to_plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, _SCALARS):
+        return value
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None and dataclasses.is_dataclass(cls):
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    if names is not None:
+        return {name: _to_plain(getattr(value, name)) for name in names}
     if isinstance(value, (tuple, list)):
         return [_to_plain(v) for v in value]
     if isinstance(value, dict):
@@ -381,11 +400,28 @@ class LoadPlan(PlainData):
     upsert: UpsertSpec | None = None  # mode "upsert" only
     # append and upsert: "in_place" or "rebuild", resolved by prepare (planning.choose_strategy)
     strategy: str = "in_place"
+    # planning.plan_digest of the whole plan, made with it: a COPY task holding only its own
+    # partition's pieces checks the ledger against it ("": compute it from the plan)
+    digest: str = ""
 
     @property
     def rebuilds(self) -> bool:
         """An append or upsert that builds a new table and swaps it in."""
         return self.mode != "replace" and self.strategy == "rebuild"
+
+    def shared(self) -> LoadPlan:
+        """What every task of the load needs: the plan with each partition's pieces left out
+        (a few KB whatever the number of files); each COPY task gets its own partition."""
+        return dataclasses.replace(
+            self, partitions=tuple(Partition(p.index, (), p.bytes) for p in self.partitions)
+        )
+
+    def with_partitions(self, partitions: Sequence[Partition]) -> LoadPlan:
+        """The plan with these partitions (whole, with their pieces) in place of its own."""
+        whole = {p.index: p for p in partitions}
+        return dataclasses.replace(
+            self, partitions=tuple(whole.get(p.index, p) for p in self.partitions)
+        )
 
     def partition(self, index: int) -> Partition:
         """The partition with that index."""

@@ -285,7 +285,7 @@ def build_plan(
         if upsert is None:
             raise ValueError("an upsert's plan needs its key (planning.upsert_spec)")
         partitions = number_pieces(partitions, file_order)
-    return LoadPlan(
+    plan = LoadPlan(
         load_id=naming.check_load_id(load_id),
         mode=request.mode,
         target=target,
@@ -303,9 +303,11 @@ def build_plan(
         upsert=upsert,
         strategy="in_place" if request.mode == "replace" else strategy,
     )
+    return dataclasses.replace(plan, digest=plan_digest(plan))
 
 
-_UNSTABLE = ("started_at", "prepared_at")  # stamped after the plan is made
+# stamped after the plan is made, or the digest itself
+_UNSTABLE = ("started_at", "prepared_at", "digest")
 
 
 def plan_digest(plan: LoadPlan) -> str:

@@ -138,7 +138,7 @@ def prepare(
             file_order=[f.path for f in files],
             strategy=strategy,
         )
-        digest = planning.plan_digest(plan)
+        digest = plan.digest
         # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout
         execute(conn, sql.set_config("lock_timeout", request.settings.lock_timeout, local=True))
         resumed = _can_resume(conn, plan, digest)

@@ -52,13 +52,22 @@ def airflow_conn(monkeypatch: pytest.MonkeyPatch, db: Database) -> Database:
     return db
 
 
+def _prepare_xcom(plan: LoadPlan | None, key: str) -> Any:
+    """What prepare pushed: the shared plan, and the partitions as its return value."""
+    if plan is None:
+        return None
+    if key == "plan":
+        return plan.shared().to_dict()
+    return [p.to_dict() for p in plan.partitions]
+
+
 def context(task_id: str, plan: LoadPlan | None = None, map_index: int = -1) -> dict[str, Any]:
     """What the operators read of Airflow's context (prepare's XCom holds ``plan``)."""
     ti = SimpleNamespace(
         dag_id=DAG_ID,
         task_id=task_id,
         map_index=map_index,
-        xcom_pull=lambda **_: plan.to_dict() if plan else None,
+        xcom_pull=lambda key="return_value", **_: _prepare_xcom(plan, key),
     )
     prepare = SimpleNamespace(is_mapped=False, get_closest_mapped_task_group=lambda: None)
     dag = SimpleNamespace(dag_id=DAG_ID, get_task=lambda _task_id: prepare)

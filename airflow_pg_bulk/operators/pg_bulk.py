@@ -25,6 +25,7 @@ from airflow_pg_bulk.plan import (
     LoadPlan,
     LoadRequest,
     Mode,
+    Partition,
     request_from_options,
 )
 
@@ -90,6 +91,18 @@ def plan_from_xcom(
     return LoadPlan.from_dict(plan)
 
 
+def partitions_from_xcom(
+    context: Context, prepare_task_id: str, prepare_map_index: int | None
+) -> list[Partition]:
+    """Every partition of the load, with its pieces: prepare's return value (read by finalize,
+    and by COPY tasks given partition numbers rather than their partitions)."""
+    found = context["ti"].xcom_pull(
+        task_ids=prepare_task_id,
+        map_indexes=-1 if prepare_map_index is None else prepare_map_index,
+    )
+    return [Partition.from_dict(item) for item in found or ()]
+
+
 def logical_date(context: Context) -> str | None:
     """The DAG run's logical date (else its ``run_after``) in ISO 8601, or None."""
     when = context.get("logical_date")
@@ -136,9 +149,10 @@ class _PgBulkOperator(BaseOperator):
 class PgBulkPrepareOperator(_PgBulkOperator):
     """Validate the load, capture the target's definition, create staging, split the source.
 
-    Returns the partition numbers (``[0, 1, ...]``) as its XCom, to map the COPY tasks over,
-    and pushes the plan (a dict) under the XCom key ``plan``, which copy and finalize fetch
-    themselves (their ``prepare_task_id``)::
+    Returns the partitions (dicts: index, bytes, pieces) as its XCom, to map the COPY tasks
+    over, so that each reads only its own pieces, and pushes what every task shares (the plan
+    without the pieces: a few KB whatever the number of files) under the XCom key ``plan``,
+    which copy and finalize fetch themselves (their ``prepare_task_id``)::
 
         PgBulkCopyOperator.partial(task_id="copy", prepare_task_id="prepare").expand(
             partition=prepare.output)
@@ -295,7 +309,9 @@ class PgBulkPrepareOperator(_PgBulkOperator):
                 raise AirflowSkipException(str(exc)) from exc
             raise
         plan = figures.stamp_prepare(plan, started_at, time.time())
-        context["ti"].xcom_push(key="plan", value=plan.to_dict())
+        # every task reads the shared plan (a few KB whatever the number of files); each COPY
+        # task is mapped over the partitions returned, so it reads only its own pieces
+        context["ti"].xcom_push(key="plan", value=plan.shared().to_dict())
         self.log.info(
             "Load %s: %d partitions of %s, %.1f MB in all",
             load_id,
@@ -303,7 +319,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             plan.target.qualified,
             plan.source_bytes / 1e6,
         )
-        return [p.index for p in plan.partitions]
+        return [p.to_dict() for p in plan.partitions]
 
 
 class PgBulkCopyOperator(_PgBulkOperator):
@@ -321,9 +337,11 @@ class PgBulkCopyOperator(_PgBulkOperator):
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param prepare_task_id: the prepare task's task id, with its group prefix
         (``prepare.task_id``).
-    :param partition: the partition number, or a list of them (copied one after another, each
-        in its own transaction); map with ``.expand(partition=prepare.output)``: over a mapped
-        prepare's output, each COPY task gets one prepare instance's list. (templated)
+    :param partition: the partition, as prepare returns it (a dict), or its number, or a list
+        of either (copied one after another, each in its own transaction); map with
+        ``.expand(partition=prepare.output)``: over a mapped prepare's output, each COPY task
+        gets one prepare instance's list. Given numbers, the task reads every partition from
+        prepare's return value. (templated)
     :param partition_stride: with an int ``partition`` ``i``: copy partitions ``i``,
         ``i + partition_stride``, ``i + 2 * partition_stride``, … (those the plan has; none is
         not an error), for a fixed number of unmapped COPY tasks; default none: only
@@ -355,14 +373,24 @@ class PgBulkCopyOperator(_PgBulkOperator):
         """The (rendered) partition numbers this task copies, of a plan of ``count``."""
         if self.partition_stride:
             return list(range(int(self.partition), count, int(self.partition_stride)))
-        if isinstance(self.partition, (list, tuple)):
-            return [int(p) for p in self.partition]
-        return [int(self.partition)]
+        items = self.partition if isinstance(self.partition, (list, tuple)) else [self.partition]
+        return [int(p["index"]) if isinstance(p, dict) else int(p) for p in items]
+
+    def partitions(self, context: Context, plan: LoadPlan, map_index: int | None) -> list[Any]:
+        """The partitions (with their pieces) this task copies: those it was given, as mapped
+        over prepare's output; else, given numbers, read from prepare's return value."""
+        items = self.partition if isinstance(self.partition, (list, tuple)) else [self.partition]
+        if not self.partition_stride and all(isinstance(p, dict) for p in items):
+            return [Partition.from_dict(p) for p in items]
+        whole = {p.index: p for p in partitions_from_xcom(context, self.prepare_task_id, map_index)}
+        return [whole[n] for n in self.partition_numbers(len(plan.partitions))]
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
-        numbers = self.partition_numbers(len(plan.partitions))
+        mine = self.partitions(context, plan, map_index)
+        plan = plan.with_partitions(mine)
+        numbers = [p.index for p in mine]
         name = session_name(context, plan.load_id)
         results = [self._copy(plan, index, name) for index in numbers]
         if not numbers:
@@ -419,6 +447,8 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
 
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
+        # the pieces too: to load a partition a partial clear left out, and for lineage
+        plan = plan.with_partitions(partitions_from_xcom(context, self.prepare_task_id, map_index))
         copies = None
         try:  # the COPY tasks' span, for the whole load's figures (prepare's start is in the plan)
             with closing(self.hook.get_conn()) as conn:

@@ -1,0 +1,97 @@
+"""What a COPY task reads from XCom does not grow with the number of files.
+
+Prepare pushes the shared plan (every partition's pieces left out) under the key ``plan`` and
+returns the partitions, which the COPY tasks are mapped over: each reads the shared plan and
+its own partition. Measured here on plans of 1,000 and 100,000 small files in 256 partitions
+(the plan made by the same pure function prepare uses; the operator with Airflow's context
+mocked, recording what it pulls).
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from airflow_pg_bulk import planning
+from airflow_pg_bulk.operators.pg_bulk import PgBulkCopyOperator
+from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
+
+from .factories import LOAD_ID, request, target
+
+PARTITIONS = 256
+
+
+def _plan(files: int) -> LoadPlan:
+    """A plan of ``files`` small files (whole files, as prepare cuts them) in 256 partitions."""
+    groups: list[list[Piece]] = [[] for _ in range(PARTITIONS)]
+    for n in range(files):
+        size = 1000 + n % 7
+        groups[n % PARTITIONS].append(Piece(f"/data/day-{n:06d}.csv", 0, size, 1))
+    parts = [
+        Partition(i, tuple(pieces), sum(p.end for p in pieces)) for i, pieces in enumerate(groups)
+    ]
+    req = request()
+    return planning.build_plan(
+        req,
+        target(),
+        LOAD_ID,
+        columns=planning.plan_columns(req, target()),
+        partitions=parts,
+        source_bytes=sum(p.bytes for p in parts),
+    )
+
+
+def _size(value: Any) -> int:
+    return len(json.dumps(value))
+
+
+@pytest.mark.parametrize("files", [1_000, 10_000])
+def test_a_copy_task_reads_the_shared_plan_and_its_own_partition_only(files):
+    plan = _plan(files)
+    shared = plan.shared().to_dict()
+    returned = [p.to_dict() for p in plan.partitions]
+    pulled: list[tuple[str, int]] = []
+
+    def xcom_pull(key: str = "return_value", **_: Any) -> Any:
+        value = shared if key == "plan" else returned
+        pulled.append((key, _size(value)))
+        return value
+
+    copied: list[Partition] = []
+    operator = PgBulkCopyOperator(
+        task_id="copy", prepare_task_id="prepare", partition=returned[7]
+    )  # as mapped over prepare's output: the 8th partition
+    operator._copy = lambda plan, index, session: copied.append(plan.partition(index)) or {}
+    prepare = SimpleNamespace(is_mapped=False, get_closest_mapped_task_group=lambda: None)
+    context = {
+        "ti": SimpleNamespace(dag_id="d", task_id="copy", map_index=7, xcom_pull=xcom_pull),
+        "dag": SimpleNamespace(dag_id="d", get_task=lambda _: prepare),
+        "run_id": "r",
+    }
+
+    operator.execute(context)
+
+    assert copied == [plan.partitions[7]]  # its pieces, all of them
+    assert [key for key, _ in pulled] == ["plan"]
+    read = pulled[0][1] + _size(returned[7])
+    print(f"{files} files: a COPY task reads {read} bytes (shared {pulled[0][1]})")
+    assert pulled[0][1] < 64_000  # 256 partitions' (index, bytes), the target, the options
+    assert read < pulled[0][1] + 2 * _size(returned[7])
+
+
+def test_the_shared_plan_is_the_same_size_whatever_the_number_of_files():
+    small, big = _plan(1_000), _plan(10_000)
+    assert _size(big.to_dict()) > 5 * _size(small.to_dict())  # the whole plan grows
+    assert abs(_size(big.shared().to_dict()) - _size(small.shared().to_dict())) < 2_000
+
+
+def test_the_shared_plan_and_a_partition_make_the_whole_plan_for_that_partition():
+    plan = _plan(1_000)
+    part = plan.partitions[3]
+    rebuilt = LoadPlan.from_dict(plan.shared().to_dict()).with_partitions([part])
+    assert rebuilt.partition(3) == part
+    assert rebuilt.digest == plan.digest == planning.plan_digest(plan)
+    assert len(rebuilt.partitions) == PARTITIONS
