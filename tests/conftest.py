@@ -50,12 +50,6 @@ os.environ["AIRFLOW__DAG_PROCESSOR__DAG_BUNDLE_CONFIG_LIST"] = json.dumps(
     ]
 )
 os.environ["AIRFLOW__CORE__UNIT_TEST_MODE"] = "False"
-# OpenLineage (when its provider is installed) writes every event of the session to one file:
-# the provider reads its settings once per process, so a test cannot switch it on later.
-OPENLINEAGE_EVENTS = os.path.join(AIRFLOW_HOME, "openlineage.jsonl")
-os.environ["AIRFLOW__OPENLINEAGE__TRANSPORT"] = json.dumps(
-    {"type": "file", "log_file_path": OPENLINEAGE_EVENTS, "append": True}
-)
 
 
 @pytest.fixture(scope="session")

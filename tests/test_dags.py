@@ -378,29 +378,52 @@ def test_a_failed_load_in_a_mapped_task_group_leaves_the_other_loaded_and_nothin
 # --- lineage: the target's Asset event and OpenLineage ---------------------------------------
 
 
-def test_a_load_emits_the_targets_asset_event_and_openlineage(dagbag, example_conn, tmp_path):
+def test_a_load_emits_the_targets_asset_event_and_openlineage(airflow_db, example_conn, tmp_path):
     """Finalize attaches ``postgres://host:port/database/schema/table`` to its AssetAlias
     outlet (an Asset event DAGs can be scheduled on), and the openlineage provider (a file
     transport here) emits the files in and the table out, with schema, rows, bytes and
-    OVERWRITE for a replace."""
+    OVERWRITE for a replace. The DAG runs in a process of its own: the provider reads its
+    settings once per process (and its events would slow every other test's tasks)."""
     import json
 
     from airflow.models.asset import AssetEvent
+    from airflow.models.dagrun import DagRun
     from airflow.utils.session import create_session
-    from conftest import OPENLINEAGE_EVENTS
 
     db = example_conn
     create_items(db)
     write_parts(tmp_path, "items", 2, 300, header=HEADER)
     paths = sorted(tmp_path.glob("items-*.csv"))
-
-    run, states = _run(
-        dagbag,
-        "example_pg_bulk_replace_many_csv",
-        {"table": db.table("items"), "source": str(tmp_path / "items-*.csv")},
+    events_file = tmp_path / "openlineage.jsonl"
+    conf = {"table": db.table("items"), "source": str(tmp_path / "items-*.csv")}
+    script = (
+        "import json, sys\n"
+        "from airflow.dag_processing.dagbag import DagBag\n"
+        f"dag = DagBag(dag_folder={str(EXAMPLES)!r}).get_dag('example_pg_bulk_replace_many_csv')\n"
+        "run = dag.test(run_conf=json.loads(sys.argv[1]))\n"
+        "print('RUN', run.run_id, run.state)\n"
     )
-
-    assert run.state == "success", states
+    env = dict(
+        os.environ,
+        AIRFLOW__OPENLINEAGE__TRANSPORT=json.dumps(
+            {"type": "file", "log_file_path": str(events_file), "append": True}
+        ),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(conf)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=str(tmp_path),
+    )
+    line = [ln for ln in done.stdout.splitlines() if ln.startswith("RUN ")]
+    assert line, done.stdout[-2000:] + done.stderr[-4000:]
+    _, run_id, state = line[-1].split()
+    with create_session() as session:
+        run = session.query(DagRun).filter(DagRun.run_id == run_id).one()
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+    assert state == "success", states
     suffix = f"/{db.schema}/items"
     with create_session() as session:
         events = [
@@ -413,8 +436,7 @@ def test_a_load_emits_the_targets_asset_event_and_openlineage(dagbag, example_co
     assert events[0].extra["rows"] == 600
     assert events[0].extra["mode"] == "replace"
 
-    with open(OPENLINEAGE_EVENTS) as f:  # the session's events; this test's name its schema
-        emitted = [json.loads(line) for line in f if line.strip()]
+    emitted = [json.loads(line) for line in events_file.read_text().splitlines() if line]
     complete = [
         e
         for e in emitted

@@ -434,7 +434,8 @@ def prepared_load(
 
 
 UNLOGGED_STAGING = [
-    pytest.param({"mode": "append"}, id="append-default-unlogged"),
+    # (in place: an append rebuilt stages like a replace, logged by default)
+    pytest.param({"mode": "append", "strategy": "in_place"}, id="append-default-unlogged"),
     pytest.param({"mode": "replace", "staging_logged": False}, id="replace-unlogged"),
 ]
 LOGGED_STAGING = [

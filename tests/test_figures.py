@@ -61,7 +61,10 @@ def test_in_process_figures_span_the_whole_call(db, readings):
 
 
 def test_copy_phase_is_the_ledgers_span(db, readings):
-    summary = load(db.dsn, db.table("readings"), readings, header=True, mode="append", jobs=1)
+    summary = load(
+        db.dsn, db.table("readings"), readings, header=True, mode="append", jobs=1,
+        strategy="in_place",
+    )  # fmt: skip
     # one connection: the 4 COPYs run one after another; their span holds all of them
     assert summary.seconds["copy"] > 0
     assert set(summary.seconds) >= {"insert", "prepare", "copy", "cleanup"}
@@ -71,8 +74,8 @@ def test_copy_phase_is_the_ledgers_span(db, readings):
 @pytest.mark.dag_run
 def test_dag_figures_match_the_task_instances(airflow_db, db, tmp_path, monkeypatch):
     """dag.test() runs the demo's DAG: finalize's XCom spans prepare's start to finalize's
-    end, as the metadata database records them, within 5 % (the tasks' start-up and wrap-up
-    outside the load, 0.1 to 0.2 s, is under 5 % of a load of 5 s or more)."""
+    end, as the metadata database records them, within 5 % or 0.5 s (the tasks' start-up and
+    wrap-up outside the load)."""
     readings = _readings(db, tmp_path, 16000)
     from airflow.dag_processing.dagbag import DagBag
     from airflow.models.xcom import XComModel
@@ -120,7 +123,10 @@ def test_dag_figures_match_the_task_instances(airflow_db, db, tmp_path, monkeypa
         )
         for ti in run.get_task_instances()
     )
-    assert _within(summary.wall_seconds, tasks_span), (summary.describe(), tasks_span, times)
+    # outside the load: prepare's start-up, and finalize's wrap-up, which now includes the
+    # target's Asset event, registered with the task's end (0.1 to 0.4 s on 2 busy cores)
+    outside = tasks_span - summary.wall_seconds
+    assert 0 <= outside <= max(0.05 * tasks_span, 0.5), (summary.describe(), tasks_span, times)
 
 
 def test_figures_of_finalize_alone_say_so():
