@@ -9,11 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from benchmarks.run import METHODS
 
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # a minute: the benchmark's smoke test, once per CI run (pass 1)
 def test_quick_run_loads_every_row_by_every_method(pg_dsn: str, tmp_path: Path) -> None:
     out, data = tmp_path / "RESULTS.md", tmp_path / "results.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}

@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from helpers import create_items, leftovers, plain_copy_checksum, write_parts
 
 CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
@@ -81,12 +80,3 @@ def test_demo_without_airflow(pg_dsn):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Same 3,000 rows in every table" in done.stdout
     assert "airflow-pg-bulk, in-process" in done.stdout
-
-
-@pytest.mark.slow
-def test_demo_with_airflow_scheduler(pg_dsn):
-    done = run_cli("demo", "--conn", pg_dsn, "--meters", "300", "--days", "10")
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "Same 3,000 rows in every table" in done.stdout
-    assert "Airflow DAG (trigger to success)" in done.stdout
-    assert "load_readings.copy[3]   success" in done.stdout

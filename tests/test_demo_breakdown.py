@@ -83,6 +83,10 @@ def test_demo_explains_the_dag_runs_time_and_stops_quietly(pg_dsn, tmp_path):
     )
     assert done.returncode == 0, done.stderr[-3000:]
     out = done.stdout
+    # the demo itself (this was test_cli's own run of the same command)
+    assert "Same 3,000 rows in every table" in out
+    assert "Airflow DAG (trigger to success)" in out
+    assert "load_readings.copy[3]   success" in out
     wall = float(re.search(r"Where the run's ([\d.]+) s went", out).group(1))
     got = parts(out)
     top = ("before the load", "the load itself (finalize's figures)", "after the load")
