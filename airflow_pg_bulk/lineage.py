@@ -13,6 +13,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from airflow_pg_bulk import objects
+
 if TYPE_CHECKING:
     from airflow_pg_bulk.figures import LoadSummary
     from airflow_pg_bulk.plan import LoadPlan
@@ -83,5 +85,10 @@ def operator_lineage(plan: LoadPlan, summary: LoadSummary, uri: str) -> Any:
         },
     )
     paths = sorted({piece.path for part in plan.partitions for piece in part.pieces})
-    inputs = [InputDataset(namespace="file", name=path) for path in paths]
+    inputs = [
+        InputDataset(*objects.lineage_name(path))
+        if objects.is_url(path)
+        else InputDataset(namespace="file", name=path)
+        for path in paths
+    ]
     return OperatorLineage(inputs=inputs, outputs=[output])

@@ -101,6 +101,15 @@ OPTIONS: tuple[LoadOption, ...] = (
         "guarantees)",
         "none: must be given", "request", choices=MODES, templated=True,
     ),
+    LoadOption(
+        "source_conn_id", str, None,
+        "Airflow connection that object-storage URLs in `source` (`s3://bucket/prefix/*.csv.gz`) "
+        "are read with: an `aws` connection for `s3://`, its extra `endpoint_url` for an "
+        "S3-compatible store; every COPY task reads its own objects with it",
+        "none: the standard environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, "
+        "`AWS_ENDPOINT_URL`, …)",
+        "request", templated=True,
+    ),
     LoadOption("format", str, "csv", "`csv` or `text` (PostgreSQL's text format)", "`csv`",
                "copy", choices=("csv", "text")),
     LoadOption(

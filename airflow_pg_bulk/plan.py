@@ -155,6 +155,9 @@ class Piece(PlainData):
     :param ordinal: the piece's place in source order among all pieces of the load (files in
         the order resolved, then byte order); set for upsert, whose rows carry it into
         staging so that the row latest in source order wins a repeated key.
+    :param conn_id: an object's Airflow connection (``source_conn_id``); None: the environment.
+    :param source_size: an object's size when prepare listed it (checked before it is read).
+    :param etag: an object's ETag when prepare listed it (checked before and while it is read).
     """
 
     path: str
@@ -165,6 +168,9 @@ class Piece(PlainData):
     skip_header: bool = False
     newline: str | None = None
     ordinal: int = 0
+    conn_id: str | None = None
+    source_size: int | None = None
+    etag: str | None = None
 
     @property
     def size(self) -> int | None:
@@ -440,7 +446,8 @@ class LoadRequest(PlainData):
     """What the user asked for, before prepare looked at the database and the files.
 
     :param table: the target, ``schema.table`` or ``table`` (then ``public``); it must exist.
-    :param source: paths or globs of local/mounted files (``.gz`` files are read decompressed).
+    :param source: paths or globs of local/mounted files, or object-storage URLs and globs
+        (``s3://bucket/prefix/*.csv.gz``); gzip content is read decompressed.
     :param copy: how the files are parsed (:class:`CopyOptions`).
     :param mode: ``replace`` (the target ends up with exactly the loaded rows) or ``append``;
         required (no default).
@@ -459,6 +466,8 @@ class LoadRequest(PlainData):
         :func:`airflow_pg_bulk.planning.choose_strategy`).
     :param settings: tuning and safety settings (:class:`Settings`).
     :param errors: what bad rows do (:class:`ErrorPolicy`).
+    :param source_conn_id: the Airflow connection object-storage URLs are read with; None:
+        the filesystem's standard environment (``AWS_ACCESS_KEY_ID``, ...).
     """
 
     table: str
@@ -474,6 +483,7 @@ class LoadRequest(PlainData):
     strategy: str = "auto"
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
+    source_conn_id: str | None = None
 
     def __post_init__(self) -> None:
         if not self.mode:

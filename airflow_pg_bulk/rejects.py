@@ -46,7 +46,16 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
-from airflow_pg_bulk import accounting, naming, records, sources, splitting, sql, translate
+from airflow_pg_bulk import (
+    accounting,
+    naming,
+    objects,
+    records,
+    sources,
+    splitting,
+    sql,
+    translate,
+)
 from airflow_pg_bulk.driver import (
     collect_notices,
     copy_in,
@@ -139,7 +148,8 @@ def copy_rejecting(
     job = _Job(conn, plan, piece, statement, rejected_before, wrap, rule, found)
     try:
         with ExitStack() as stack:
-            source = _plain_copy(stack, piece, plan) if sources.is_stream(piece.path) else piece
+            spool = sources.is_stream(piece.path) or objects.is_url(piece.path)
+            source = _plain_copy(stack, piece, plan) if spool else piece
             outcome = _copy_skipping(job, source, stack)
             if outcome is None:
                 outcome = _copy_with_savepoints(job, source, stack)
@@ -346,11 +356,12 @@ def _set_aside(
 
 
 def _plain_copy(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
-    """A gzip piece or a stream as a plain temporary file, header included (byte offsets are
-    needed to skip rows, and a stream cannot be read twice); deleted when ``stack`` closes."""
+    """A gzip piece, a stream or an object as a plain temporary file, header included (byte
+    offsets are needed to skip rows, a stream cannot be read twice, and an object is read
+    once); deleted when ``stack`` closes."""
     tmp = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".pgbulk"))  # noqa: SIM115
-    if sources.is_stream(piece.path):
-        for chunk in sources.stream_chunks(piece):
+    if sources.is_stream(piece.path) or objects.is_url(piece.path):
+        for chunk in sources.content_chunks(piece):
             tmp.write(chunk)
     else:
         with gzip.open(piece.path, "rb") as src:

@@ -110,6 +110,7 @@ def load(
     source: str | Sequence[str],
     *,
     mode: Mode | None = None,
+    source_conn_id: str | None = None,
     format: str = "csv",
     header: bool = False,
     delimiter: str | None = None,
@@ -141,11 +142,17 @@ def load(
 
     :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
     :param table: the target, ``schema.table``; it must exist.
-    :param source: a path, a glob, or a list of them.
+    :param source: a path, a glob, an object-storage URL or glob (``s3://bucket/p/*.csv``),
+        or a list of them.
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
         columns of the target's row with the same ``key``, the others are added (see Modes and
         their guarantees); default none: it must be given. (templated)
+    :param source_conn_id: Airflow connection that object-storage URLs in ``source``
+        (``s3://bucket/prefix/*.csv.gz``) are read with: an ``aws`` connection for ``s3://``,
+        its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
+        objects with it; default none: the standard environment (``AWS_ACCESS_KEY_ID``,
+        ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;

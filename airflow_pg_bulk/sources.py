@@ -1,8 +1,11 @@
-"""Local-file sources: find the files, read their headers, cut them into partitions, and stream
-a partition's bytes to COPY in bounded memory.
+"""Sources: find the files, read their headers, cut them into partitions, and stream a
+partition's bytes to COPY in bounded memory.
 
 Files are addressed by path, so every worker that mounts the same path can load any partition
 (Celery or Kubernetes workers need a shared or network file system for local-file sources).
+Objects in storage (``s3://bucket/prefix/*.csv.gz``) are addressed by URL and read by
+:mod:`~airflow_pg_bulk.objects`: each object is one whole piece, streamed by the COPY task that
+owns it; a ``file://`` URL is a local path.
 
 Streams: ``"-"`` (standard input, named ``<stdin>`` in messages and in the reject table) and
 anything that exists but is not a regular file (a named pipe such as bash's ``<(zcat x.gz)``,
@@ -41,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from airflow_pg_bulk import charsets, splitting
+from airflow_pg_bulk import charsets, objects, splitting
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import CopyOptions, Partition, Piece
 
@@ -55,11 +58,19 @@ _DELIMITERS = (",", ";", "\t", "|")
 
 @dataclass(frozen=True)
 class SourceFile:
-    """One file of the source: its path, size on disk and compression."""
+    """One file or object of the source: its path (or URL), size and compression; an object
+    also its ETag and the connection it is read with."""
 
     path: str
     size: int
     compression: str | None
+    etag: str | None = None
+    conn_id: str | None = None
+
+    @property
+    def is_object(self) -> bool:
+        """Whether this is an object in storage (read through :mod:`objects`)."""
+        return objects.is_url(self.path)
 
 
 def syntax_of(opts: CopyOptions) -> splitting.RecordSyntax:
@@ -69,23 +80,28 @@ def syntax_of(opts: CopyOptions) -> splitting.RecordSyntax:
     return splitting.RecordSyntax("text")
 
 
-def resolve(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> list[SourceFile]:
-    """Expand paths and globs (``**`` allowed) into existing files, in a stable order.
+def resolve(
+    sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]],
+    conn_id: str | None = None,
+) -> list[SourceFile]:
+    """Expand paths, globs (``**`` allowed) and object URLs into existing files and objects,
+    in a stable order (as given; each glob's matches by name).
 
     ``"-"`` is standard input and a path that is not a regular file (a named pipe) is a
     stream: it is opened here (a pipe's open waits for its writer) and held by this process
-    for :func:`piece_chunks` (see the module's docstring)."""
+    for :func:`piece_chunks` (see the module's docstring). URLs are listed with the Airflow
+    connection ``conn_id`` (or the environment): see :mod:`~airflow_pg_bulk.objects`."""
     items = [sources] if isinstance(sources, (str, os.PathLike)) else list(sources)
     if not items:
         raise LoadRefusedError("no source given")
     found: list[str] = []
     streams: list[str] = []
+    listed: list[tuple[str, int, str | None, str | None]] = []
     for item in items:
-        text = os.fspath(item)
-        if text.startswith(("s3://", "gs://", "gcs://", "az://", "abfs://", "http://", "https://")):
-            raise LoadRefusedError(
-                f"source {text!r}: only local or mounted files are supported in this version"
-            )
+        text = objects.local_path(os.fspath(item))
+        if objects.is_url(text):
+            listed.extend(objects.list_objects(text, conn_id))
+            continue
         if text == STDIN or _is_special(text):
             streams.append(STDIN_NAME if text == STDIN else os.path.abspath(text))
         elif _GLOB_CHARS & set(text):
@@ -105,7 +121,17 @@ def resolve(sources: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) 
         raise LoadRefusedError(f"sources {streams}: a stream can be read only once")
     unique = list(dict.fromkeys(os.path.abspath(p) for p in found))
     files = [SourceFile(p, os.path.getsize(p), _compression(p)) for p in unique]
-    return files + [_open_stream(name) for name in streams]
+    return files + _objects(listed) + [_open_stream(name) for name in streams]
+
+
+def _objects(listed: list[tuple[str, int, str | None, str | None]]) -> list[SourceFile]:
+    """The listed objects (each once), their compression told by their first bytes."""
+    unique = list({entry[0]: entry for entry in listed}.values())
+    heads = objects.first_bytes([(url, conn) for url, size, _, conn in unique if size])
+    return [
+        SourceFile(url, size, "gzip" if heads.get(url) == GZIP_MAGIC else None, etag, conn)
+        for url, size, etag, conn in unique
+    ]
 
 
 def _is_special(path: str) -> bool:
@@ -299,6 +325,9 @@ def _header_record(file: SourceFile, syntax: splitting.RecordSyntax) -> bytes:
     """The raw first record of the file's (decompressed) content; a stream keeps it."""
     if is_stream(file.path):
         return _held_stream(file.path).header(syntax)
+    if file.is_object:
+        with objects.open_header(file.path, file.conn_id, file.compression) as stream:
+            return splitting.first_record(stream, syntax)
     with _open(file) as stream:
         return splitting.first_record(stream, syntax)
 
@@ -390,10 +419,23 @@ def plan_partitions(
     pieces: list[Piece] = []
     for file in files:
         skip = header_lengths.get(file.path, 0) if opts.header else 0
-        if file.compression or is_stream(file.path):
+        if file.is_object and file.size == 0:
+            continue
+        if file.compression or is_stream(file.path) or file.is_object:
             newline = _header_newline(file, syntax) if skip else None
             pieces.append(
-                Piece(file.path, 0, None, 2 if skip else 1, file.compression, bool(skip), newline)
+                Piece(
+                    file.path,
+                    0,
+                    None,
+                    2 if skip else 1,
+                    file.compression,
+                    bool(skip),
+                    newline,
+                    conn_id=file.conn_id if file.is_object else None,
+                    source_size=file.size if file.is_object else None,
+                    etag=file.etag,
+                )
             )
             continue
         if file.size - skip <= 0:
@@ -456,8 +498,8 @@ def _pack(pieces: list[Piece], partitions: int, sizes: dict[str, int]) -> list[P
 def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None) -> Iterator[bytes]:
     """The piece's bytes, in chunks of at most ``chunk_size`` (decompressed, header dropped)."""
     chunk_size = chunk_size or READ_CHUNK  # read at call time, so it can be tuned
-    if is_stream(piece.path):
-        chunks = stream_chunks(piece, chunk_size)
+    if is_stream(piece.path) or objects.is_url(piece.path):
+        chunks = content_chunks(piece, chunk_size)
         yield from _without_header(chunks, syntax_of(opts)) if piece.skip_header else chunks
         return
     if piece.compression == "gzip":
@@ -473,6 +515,20 @@ def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None)
             if remaining is not None:
                 remaining -= len(chunk)
             yield chunk
+
+
+def content_chunks(piece: Piece, chunk_size: int | None = None) -> Iterator[bytes]:
+    """The whole (decompressed) content of a stream or an object, header included."""
+    if objects.is_url(piece.path):
+        return objects.content_chunks(
+            piece.path,
+            piece.conn_id,
+            piece.compression,
+            piece.source_size,
+            piece.etag,
+            chunk_size or READ_CHUNK,
+        )
+    return stream_chunks(piece, chunk_size)
 
 
 def stream_chunks(piece: Piece, chunk_size: int | None = None) -> Iterator[bytes]:
@@ -538,13 +594,18 @@ def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, in
         raise ValueError(f"{piece.path} is a stream: it cannot be read again to count lines")
     if not splitting.can_split(opts.encoding):
         return _locate_transcoded(piece, record_number, opts, syntax)
-    if piece.compression != "gzip":
+    if piece.compression != "gzip" and not objects.is_url(piece.path):
         return splitting.record_line_numbers(
             piece.path, piece.start, piece.end or os.path.getsize(piece.path), record_number, syntax
         )
+    # a gzip file or an object: its content spooled to a temporary file, to count lines in
     with tempfile.NamedTemporaryFile(suffix=".csv") as tmp:
-        with gzip.open(piece.path, "rb") as src:
-            shutil.copyfileobj(src, tmp)
+        if objects.is_url(piece.path):
+            for chunk in content_chunks(piece):
+                tmp.write(chunk)
+        else:
+            with gzip.open(piece.path, "rb") as src:
+                shutil.copyfileobj(src, tmp)
         tmp.flush()
         size = os.path.getsize(tmp.name)
         start = 0

@@ -107,7 +107,7 @@ def prepare(
         if request.mode == "append":
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
-        files = sources.resolve(request.source)
+        files = sources.resolve(request.source, request.source_conn_id)
         header_columns: list[str] = []
         header_lengths: dict[str, int] = {}
         if request.copy.header:

@@ -26,6 +26,7 @@ def pg_bulk_load(
     table: str,
     source: str | Sequence[str],
     mode: Mode | None = None,
+    source_conn_id: str | None = None,
     format: str = "csv",
     header: bool = False,
     delimiter: str | None = None,
@@ -71,11 +72,17 @@ def pg_bulk_load(
     :param group_id: the group id; the tasks are ``<group_id>.prepare``, ``.copy``,
         ``.finalize`` and ``.cleanup`` (``.copy_0`` … inside a mapped task group).
     :param table: the target table, ``schema.table``. (templated)
-    :param source: files or globs every worker can read. (templated)
+    :param source: files or globs every worker can read, or object-storage URLs and globs
+        (``s3://bucket/prefix/*.csv.gz``, read with ``source_conn_id``). (templated)
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
         columns of the target's row with the same ``key``, the others are added (see Modes and
         their guarantees); default none: it must be given. (templated)
+    :param source_conn_id: Airflow connection that object-storage URLs in ``source``
+        (``s3://bucket/prefix/*.csv.gz``) are read with: an ``aws`` connection for ``s3://``,
+        its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
+        objects with it; default none: the standard environment (``AWS_ACCESS_KEY_ID``,
+        ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;

@@ -163,12 +163,18 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param postgres_conn_id: Airflow connection id of the target database (``postgres`` type).
         (templated)
     :param table: the target table, ``schema.table`` or ``table``; it must exist. (templated)
-    :param source: a path or glob, or a list of them, of files every worker can read;
-        ``.gz`` files are decompressed. (templated)
+    :param source: a path or glob, or a list of them, of files every worker can read, or
+        object-storage URLs and globs (``s3://bucket/prefix/*.csv.gz``, read with
+        ``source_conn_id``); gzip content is decompressed. (templated)
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
         columns of the target's row with the same ``key``, the others are added (see Modes and
         their guarantees); default none: it must be given. (templated)
+    :param source_conn_id: Airflow connection that object-storage URLs in ``source``
+        (``s3://bucket/prefix/*.csv.gz``) are read with: an ``aws`` connection for ``s3://``,
+        its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
+        objects with it; default none: the standard environment (``AWS_ACCESS_KEY_ID``,
+        ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
     :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
@@ -225,6 +231,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         "partitions",
         "columns",
         "key",
+        "source_conn_id",
         "postgres_conn_id",
     )
     template_fields_renderers = {"source": "json", "columns": "json"}
@@ -235,6 +242,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         table: str,
         source: str | Sequence[str],
         mode: Mode | None = None,
+        source_conn_id: str | None = None,
         format: str = "csv",
         header: bool = False,
         delimiter: str | None = None,
@@ -267,8 +275,10 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         self.partitions = partitions
         self.columns = columns
         self.key = key
+        self.source_conn_id = source_conn_id
         self.load_options = options.pick(
-            locals(), exclude=("mode", "partitions", "columns", "key", "table", "source")
+            locals(),
+            exclude=("mode", "partitions", "columns", "key", "table", "source", "source_conn_id"),
         )
 
     def build_request(self) -> LoadRequest:
@@ -284,6 +294,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             mode=self.mode,
             partitions=partitions,
             key=self.key,
+            source_conn_id=self.source_conn_id or None,
             **self.load_options,
         )
 
