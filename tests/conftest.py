@@ -11,6 +11,7 @@ server per module, whatever ``PG_BULK_TEST_DSN`` says; its binaries from
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -179,3 +180,57 @@ def own_db(own_server: OwnServer) -> Iterator[Database]:
         database.conn.close()
         with psycopg.connect(own_server.uri, autocommit=True) as admin:
             admin.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(schema)))
+
+
+@dataclass
+class S3Server:
+    """A real S3 endpoint on loopback (moto's server): ``client()`` is a boto3 client of it."""
+
+    endpoint: str
+    access_key: str = "pgbulk-test-key"
+    secret_key: str = "pgbulk-test-secret-0f3a9c"
+    region: str = "us-east-1"
+
+    def client(self) -> Any:
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+        )
+
+    def bucket(self) -> str:
+        """A new, empty bucket."""
+        name = f"pgbulk-{uuid.uuid4().hex[:12]}"
+        self.client().create_bucket(Bucket=name)
+        return name
+
+    def connection_json(self, secret: str | None = None) -> str:
+        """An Airflow ``aws`` connection (for ``AIRFLOW_CONN_<ID>``) to this endpoint."""
+        return json.dumps(
+            {
+                "conn_type": "aws",
+                "login": self.access_key,
+                "password": secret or self.secret_key,
+                "extra": {"endpoint_url": self.endpoint, "region_name": self.region},
+            }
+        )
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """moto's ThreadedMotoServer on 127.0.0.1, a free port, for the whole session (moto's
+    in-process mock does not reach s3fs, which speaks HTTP through aiobotocore)."""
+    server_module = pytest.importorskip("moto.server", reason="needs moto[server] (test extra)")
+    pytest.importorskip("s3fs", reason="needs airflow-pg-bulk[s3]")
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
+    server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(f"http://{host}:{port}")
+    finally:
+        server.stop()

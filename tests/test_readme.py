@@ -43,6 +43,8 @@ def kind(language: str, code: str) -> str:
         hand_wired = "Operator(" in code or "Operator.partial(" in code
         return "dag" if "@dag" in code or "DAG(" in code or hand_wired else "python"
     if language == "bash":
+        if "s3://" in code and "airflow-pg-bulk load" in code:
+            return "s3"
         if "pip install -e" in code and "apt-get" not in code:
             return "install"
         if "apt-get" in code and "benchmarks.run" in code:
@@ -71,6 +73,7 @@ def test_every_block_is_known():
         "python",
         "benchmark",
         "celery-demo",
+        "s3",
     }
 
 
@@ -195,6 +198,35 @@ def test_cli_block_runs(warehouse):
         text=True,
         timeout=300,
         env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "Loaded 3,000 rows" in done.stdout
+    assert loaded(warehouse)
+
+
+def test_s3_block_runs_against_a_local_s3_server(warehouse, s3_server):
+    """The object-storage block, its endpoint and keys replaced by the test's S3 server's:
+    the README's gzip files uploaded under the block's prefix, loaded through the
+    environment."""
+    (code,) = [c for c in blocks("bash") if kind("bash", c) == "s3"]
+    bucket = s3_server.bucket()
+    for path in sorted(warehouse.data.glob("*.csv.gz")):
+        s3_server.client().put_object(
+            Bucket=bucket, Key=f"readings/{path.name}", Body=path.read_bytes()
+        )
+    code = (
+        localize(code, warehouse)
+        .replace("s3://landing/", f"s3://{bucket}/")
+        .replace("https://minio.example.com:9000", s3_server.endpoint)
+        .replace("AWS_ACCESS_KEY_ID=loader", f"AWS_ACCESS_KEY_ID={s3_server.access_key}")
+        .replace(
+            "AWS_SECRET_ACCESS_KEY=secret-key", f"AWS_SECRET_ACCESS_KEY={s3_server.secret_key}"
+        )
+    )
+    assert s3_server.endpoint in code and bucket in code
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(
+        ["bash", "-euc", code], capture_output=True, text=True, timeout=300, env=env
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Loaded 3,000 rows" in done.stdout

@@ -1,0 +1,328 @@
+"""Object-storage sources against a real S3 endpoint on loopback (moto's server, fixture
+``s3_server``): through an Airflow connection (``aws``, extra ``endpoint_url``) and through the
+standard environment; many objects, gzip, CRLF, globs over prefixes; a missing object or
+bucket, bad credentials, an object changed after prepare or while it is read, a read failing
+mid-COPY. Every load is compared with a plain COPY of the same bytes."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
+from psycopg import sql
+
+from airflow_pg_bulk import objects, runner, sources, steps
+from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.objects import SourceChangedError
+from airflow_pg_bulk.plan import request_from_options
+
+HEADER = ["id", "name", "amount", "day", "note"]
+CONN_ID = "pgbulk_s3"
+
+
+@pytest.fixture
+def s3_env(monkeypatch: pytest.MonkeyPatch, s3_server: Any) -> Any:
+    """Credentials and endpoint from the standard environment only."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
+    monkeypatch.delenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", raising=False)
+    return s3_server
+
+
+@pytest.fixture
+def s3_conn(monkeypatch: pytest.MonkeyPatch, s3_server: Any) -> Any:
+    """Credentials and endpoint from an Airflow connection only (no AWS_* variables)."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", s3_server.connection_json())
+    return s3_server
+
+
+def _parts(tmp_path: Path, count: int, per: int, *, header: bool = False, crlf: bool = False):
+    """``count`` CSV files of ``per`` rows each (ids unique across them), and their
+    concatenation without headers (what a plain COPY of the same rows reads)."""
+    data = rows(count * per, seed=11)
+    ending = "\r\n" if crlf else "\n"
+    files = []
+    for k in range(count):
+        path = tmp_path / f"part-{k:02d}.csv"
+        write_csv(path, data[k * per : (k + 1) * per], header=HEADER if header else None,
+                  lineterminator=ending)  # fmt: skip
+        files.append(path)
+    whole = tmp_path / "whole.csv"
+    write_csv(whole, data, lineterminator=ending)
+    return files, whole
+
+
+def _upload(server: Any, bucket: str, key: str, body: bytes) -> str:
+    server.client().put_object(Bucket=bucket, Key=key, Body=body)
+    return f"s3://{bucket}/{key}"
+
+
+def test_many_objects_gzip_and_plain_from_the_environment_equal_a_plain_copy(
+    db, s3_env, tmp_path, capfd
+):
+    create_items(db)
+    files, whole = _parts(tmp_path, 7, 300)
+    bucket = s3_env.bucket()
+    for k, path in enumerate(files):
+        body = path.read_bytes()
+        if k % 2:  # every other object gzip, named either way: told by its magic number
+            body = gzip.compress(body)
+        _upload(s3_env, bucket, f"data/2024/{path.name}" + (".gz" if k % 3 == 1 else ""), body)
+    _upload(s3_env, bucket, "data/readme.txt", b"not data\n")  # outside the glob
+    _upload(s3_env, bucket, "other/part-99.csv", b"garbage\n")  # another prefix
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+
+    summary = runner.load(
+        db.dsn, db.table("items"), f"s3://{bucket}/data/**/part-*", mode="replace", partitions=3
+    )
+
+    assert summary.rows == 7 * 300
+    assert db.checksum("items") == expected
+    logged = "".join(capfd.readouterr())
+    for k in range(7):  # each COPY task logs the objects it reads
+        assert f"Reading s3://{bucket}/data/2024/part-{k:02d}.csv" in logged
+    assert leftovers(db) == []
+
+
+def test_objects_through_an_airflow_connection_header_crlf_gzip(db, s3_conn, tmp_path):
+    create_items(db)
+    files, whole = _parts(tmp_path, 4, 250, header=True, crlf=True)
+    bucket = s3_conn.bucket()
+    urls = []
+    for k, path in enumerate(files):
+        body = gzip.compress(path.read_bytes()) if k in (0, 3) else path.read_bytes()
+        urls.append(_upload(s3_conn, bucket, f"in/{path.name}", body))
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+
+    conn = open_connection(db.dsn, "psycopg")
+    request = request_from_options(
+        db.table("items"), f"s3://{bucket}/in/*.csv", mode="append", header=True, partitions=2,
+        source_conn_id=CONN_ID,
+    )  # fmt: skip
+    load_id = uuid.uuid4().hex[:12]
+    try:
+        plan = steps.prepare(conn, request, load_id)
+        pieces = [p for part in plan.partitions for p in part.pieces]
+        assert sorted(p.path for p in pieces) == urls
+        assert all(p.conn_id == CONN_ID and p.etag and p.source_size for p in pieces)
+        assert [p.compression for p in sorted(pieces, key=lambda p: p.path)] == [
+            "gzip", None, None, "gzip",
+        ]  # fmt: skip
+        # the plan (XCom) holds the connection's id, never its secret
+        assert s3_conn.secret_key not in json.dumps(plan.to_dict())
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        summary = steps.finalize(conn, plan)
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+    assert summary.rows == 1000
+    assert db.checksum("items") == expected
+
+
+def test_mixed_local_file_and_object_sources(db, s3_env, tmp_path):
+    create_items(db)
+    files, whole = _parts(tmp_path, 2, 200)
+    bucket = s3_env.bucket()
+    url = _upload(s3_env, bucket, "b.csv", files[1].read_bytes())
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    local = "file://" + str(files[0])  # a file:// URL is a local path
+
+    summary = runner.load(db.dsn, db.table("items"), [local, url], mode="replace", partitions=2)
+
+    assert summary.rows == 400 and db.checksum("items") == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "words"),
+    [
+        ("s3://{bucket}/missing.csv", "the object does not exist"),
+        ("s3://{bucket}/nothing/*.csv", "matched no objects"),
+        ("s3://pgbulk-no-such-bucket/x.csv", "the bucket 'pgbulk-no-such-bucket' does not exist"),
+        ("s3://pgbulk-no-such-bucket/*.csv", "the bucket 'pgbulk-no-such-bucket' does not exist"),
+        ("s3://{bucket}/dir", "is a prefix"),
+    ],
+)
+def test_a_missing_object_or_bucket_is_refused_naming_the_url(db, s3_env, source, words):
+    create_items(db)
+    db.run(sql.SQL("INSERT INTO {} VALUES (1, 'kept', 1, NULL, NULL)").format(db.ident("items")))
+    bucket = s3_env.bucket()
+    _upload(s3_env, bucket, "dir/a.csv", b"2,x,1,,\n")
+    url = source.format(bucket=bucket)
+
+    with pytest.raises(LoadRefusedError) as refused:
+        runner.load(db.dsn, db.table("items"), url, mode="replace")
+
+    assert url in str(refused.value) and words in str(refused.value)
+    assert db.checksum("items")[0] == 1 and leftovers(db) == []
+
+
+def test_bad_credentials_are_refused_without_the_secret(db, s3_env, monkeypatch, caplog, capfd):
+    create_items(db)
+    bucket = s3_env.bucket()
+    url = _upload(s3_env, bucket, "a.csv", b"1,x,1,,\n")
+    secret = "pgbulk-WRONG-secret-7d1e4b"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAPGBULKWRONGKEY00")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", secret)
+    import moto.settings
+
+    monkeypatch.setattr(moto.settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0)  # check signatures
+
+    with caplog.at_level(logging.DEBUG), pytest.raises(LoadRefusedError) as refused:
+        runner.load(db.dsn, db.table("items"), url, mode="replace")
+
+    message = str(refused.value)
+    assert url in message and "access denied" in message and "AWS_ACCESS_KEY_ID" in message
+    assert secret not in message and secret not in caplog.text
+    assert secret not in "".join(capfd.readouterr())
+    assert db.checksum("items")[0] == 0 and leftovers(db) == []
+
+    # the same through a connection: its id is named, its password is not
+    monkeypatch.setenv(f"AIRFLOW_CONN_{CONN_ID.upper()}", s3_env.connection_json(secret))
+    with pytest.raises(LoadRefusedError) as refused:
+        runner.load(db.dsn, db.table("items"), url, mode="replace", source_conn_id=CONN_ID)
+    assert CONN_ID in str(refused.value) and secret not in str(refused.value)
+    assert secret not in caplog.text and secret not in "".join(capfd.readouterr())
+
+
+def _prepared(db: Any, url: str, **options: Any) -> tuple[Any, Any, str]:
+    conn = open_connection(db.dsn, "psycopg")
+    load_id = uuid.uuid4().hex[:12]
+    request = request_from_options(db.table("items"), url, mode="replace", **options)
+    return conn, steps.prepare(conn, request, load_id), load_id
+
+
+def _staged(db: Any, plan: Any) -> tuple[int, int]:
+    staged = db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident(plan.staging_table)))
+    ledger = db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident(plan.ledger_table)))
+    return staged, ledger
+
+
+@pytest.mark.parametrize("change", ["same size", "longer", "deleted"])
+def test_an_object_changed_after_prepare_fails_its_partition(db, s3_env, tmp_path, change):
+    create_items(db)
+    files, _whole = _parts(tmp_path, 1, 100)
+    bucket = s3_env.bucket()
+    body = files[0].read_bytes()
+    url = _upload(s3_env, bucket, "a.csv", body)
+    conn, plan, load_id = _prepared(db, url)
+    try:
+        if change == "deleted":
+            s3_env.client().delete_object(Bucket=bucket, Key="a.csv")
+        else:
+            new = (
+                body.replace(b"2024-", b"2023-") if change == "same size" else body + b"999,x,1,,\n"
+            )
+            assert new != body and (len(new) == len(body)) == (change == "same size")
+            _upload(s3_env, bucket, "a.csv", new)
+
+        with pytest.raises(SourceChangedError) as failed:
+            steps.copy_partition(conn, plan, 0)
+
+        assert url in str(failed.value) and "Run the load again" in str(failed.value)
+        assert _staged(db, plan) == (0, 0)  # rolled back: nothing of the partition committed
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+
+
+def test_an_object_replaced_while_it_is_read_fails(db, s3_env, monkeypatch):
+    bucket = s3_env.bucket()
+    body = b"".join(b"%d,name %d,1.00,,\n" % (i, i) for i in range(40000))
+    url = _upload(s3_env, bucket, "big.csv", body)
+    monkeypatch.setattr(objects, "BLOCK_SIZE", 64 << 10)  # many range requests
+    (file,) = sources.resolve(url)
+    (part,) = sources.plan_partitions([file], sources.CopyOptions(), 1)
+    chunks = sources.piece_chunks(part.pieces[0], sources.CopyOptions(), 16 << 10)
+
+    first = next(chunks)
+    _upload(s3_env, bucket, "big.csv", body.replace(b"name", b"NAME"))  # same size
+    with pytest.raises(SourceChangedError) as failed:
+        for _chunk in chunks:
+            pass
+    assert first and url in str(failed.value)
+
+
+def test_a_read_failing_mid_copy_rolls_back_and_the_retry_reads_again(
+    db, s3_env, tmp_path, monkeypatch
+):
+    create_items(db)
+    files, whole = _parts(tmp_path, 3, 400)
+    bucket = s3_env.bucket()
+    for path in files:
+        _upload(s3_env, bucket, f"p/{path.name}", path.read_bytes())
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    conn, plan, load_id = _prepared(db, f"s3://{bucket}/p/*.csv", partitions=1)
+    (part,) = plan.partitions
+    assert len(part.pieces) == 3
+    real_read = objects._Counting.read
+    calls = {"n": 0}
+
+    def failing_read(self: Any, size: int = -1) -> bytes:
+        calls["n"] += 1
+        if calls["n"] == 4:  # part-way through an object
+            raise ConnectionResetError("connection reset by peer (injected)")
+        return real_read(self, size)
+
+    monkeypatch.setattr(sources, "READ_CHUNK", 4096)  # several reads per object
+    try:
+        monkeypatch.setattr(objects._Counting, "read", failing_read)
+        with pytest.raises(TransientLoadError) as failed:
+            steps.copy_partition(conn, plan, 0)
+        assert "a retry reads the object again" in str(failed.value)
+        assert f"s3://{bucket}/p/part-0" in str(failed.value)
+        assert _staged(db, plan) == (0, 0)
+
+        monkeypatch.setattr(objects._Counting, "read", real_read)
+        result = steps.copy_partition(conn, plan, 0)  # the retry
+        assert result.rows == 1200 and not result.skipped
+        assert steps.copy_partition(conn, plan, 0).skipped  # exactly once
+        steps.finalize(conn, plan)
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+    assert db.checksum("items") == expected
+
+
+def test_row_accounting_and_bad_rows_name_the_object_and_line(db, s3_env):
+    create_items(db)
+    bucket = s3_env.bucket()
+    body = b"1,a,1.00,,\n2,b,not-a-number,,\n3,c,1.00,,\n"
+    url = _upload(s3_env, bucket, "bad.csv", gzip.compress(body))
+
+    with pytest.raises(BadDataError) as failed:
+        runner.load(db.dsn, db.table("items"), url, mode="replace")
+
+    assert f"{url} line 2" in str(failed.value) and "amount" in str(failed.value)
+    assert db.checksum("items")[0] == 0
+
+
+def test_rejected_rows_of_an_object_are_recorded(db, s3_env):
+    create_items(db)
+    bucket = s3_env.bucket()
+    body = b"id,name,amount,day,note\r\n1,a,1.00,,\r\n2,b,oops,,\r\n3,c,2.00,,\r\n"
+    url = _upload(s3_env, bucket, "r.csv", body)
+
+    summary = runner.load(
+        db.dsn, db.table("items"), url, mode="replace", header=True, on_error="reject",
+        max_rejects=5,
+    )  # fmt: skip
+
+    assert (summary.rows, summary.rejects) == (2, 1)
+    line, source = db.run(
+        sql.SQL("SELECT line, source_file FROM {}").format(db.ident("pgbulk_rejects"))
+    )[0]
+    assert (line, source) == (3, url)
