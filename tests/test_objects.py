@@ -71,7 +71,7 @@ def _upload(server: Any, bucket: str, key: str, body: bytes) -> str:
 
 
 def test_many_objects_gzip_and_plain_from_the_environment_equal_a_plain_copy(
-    db, s3_env, tmp_path, capfd
+    db, s3_env, tmp_path, caplog, capfd
 ):
     create_items(db)
     files, whole = _parts(tmp_path, 7, 300)
@@ -85,13 +85,15 @@ def test_many_objects_gzip_and_plain_from_the_environment_equal_a_plain_copy(
     _upload(s3_env, bucket, "other/part-99.csv", b"garbage\n")  # another prefix
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
+    caplog.set_level(logging.INFO, logger="airflow_pg_bulk")
     summary = runner.load(
         db.dsn, db.table("items"), f"s3://{bucket}/data/**/part-*", mode="replace", partitions=3
     )
 
     assert summary.rows == 7 * 300
     assert db.checksum("items") == expected
-    logged = "".join(capfd.readouterr())
+    # the log goes to caplog or, once Airflow has configured logging, to stderr
+    logged = caplog.text + "".join(capfd.readouterr())
     for k in range(7):  # each COPY task logs the objects it reads
         assert f"Reading s3://{bucket}/data/2024/part-{k:02d}.csv" in logged
     assert leftovers(db) == []
