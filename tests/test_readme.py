@@ -276,6 +276,7 @@ def test_dag_blocks_parse_into_dags(airflow_db, tmp_path):
     assert dag.get_task("load_readings.prepare").upstream_task_ids == {"extract"}
 
 
+@pytest.mark.dag_run
 def test_airflow_block_runs_the_dag_block(airflow_db, warehouse, tmp_path):
     """The README's shell lines, as written (the connection's value apart), run the README's
     DAG against the test server: migrate the metadata database, then `airflow dags test`."""

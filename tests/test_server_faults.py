@@ -482,14 +482,14 @@ def test_lock_timeout_mid_finalize_then_retry_completes(db, tmp_path, mode):
 
 def test_role_lock_timeout_at_foreign_key_on_staging_then_retry_resumes(db, tmp_path):
     """Adding the target's foreign key to staging takes SHARE ROW EXCLUSIVE on ``groups``; a
-    transaction writing to ``groups`` holds it off. With a lock_timeout for the load's role
-    (the connection's options here) the ADD CONSTRAINT fails on the server; the retry goes
-    on from the indexes already built."""
+    transaction writing to ``groups`` holds it off. The ADD CONSTRAINT fails on the server
+    after the load's lock_timeout (finalize sets it for its whole session, over the role's,
+    here the connection's options); the retry goes on from the indexes already built."""
     build_target(db)
     target = Target(db)
     path = write_source(tmp_path, new_rows("replace"))
     new = expected_checksum(db, path, "replace")
-    plan = prepare(db, request(db, path, "replace"))
+    plan = prepare(db, request(db, path, "replace", settings=Settings(lock_timeout="300ms")))
     copy(db, plan)
     role_dsn = make_conninfo(db.dsn, options="-c lock_timeout=300")
     writer = psycopg.connect(db.dsn)
