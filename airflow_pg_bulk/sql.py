@@ -555,11 +555,6 @@ def analyze(schema: str, table: str) -> Composed:
     return SQL("ANALYZE {}").format(_table(schema, table))
 
 
-def lock_exclusive(schema: str, table: str) -> Composed:
-    """The swap's lock; waits at most ``lock_timeout``."""
-    return lock_tables([(schema, table)], "ACCESS EXCLUSIVE")
-
-
 _LOCK_MODES = frozenset({"SHARE UPDATE EXCLUSIVE", "SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"})
 
 
