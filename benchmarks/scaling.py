@@ -46,7 +46,7 @@ from psycopg import sql
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
-from benchmarks import workloads
+from benchmarks import server, workloads
 
 log = logging.getLogger("benchmarks.scaling")
 
@@ -110,17 +110,7 @@ def own_server(bindir: Path, parent: Path, uid: int | None, settings: list[str])
             raise SystemExit(f"{' '.join(cmd)} failed: {done.stderr or done.stdout}")
 
     try:
-        run(
-            str(bindir / "initdb"),
-            "-D",
-            str(datadir),
-            "-U",
-            "postgres",
-            "--auth=trust",
-            "-E",
-            "UTF8",
-            "--locale=C",
-        )
+        run(*server.initdb_command(bindir, datadir, locale="C"))
         with open(datadir / "postgresql.conf", "a") as conf:
             conf.write(
                 f"\nport = {port}\nlisten_addresses = '127.0.0.1'\n"
@@ -129,17 +119,7 @@ def own_server(bindir: Path, parent: Path, uid: int | None, settings: list[str])
             for setting in settings:
                 name, _, value = setting.partition("=")
                 conf.write(f"{name.strip()} = '{value.strip()}'\n")
-        run(
-            str(bindir / "pg_ctl"),
-            "-D",
-            str(datadir),
-            "-l",
-            str(datadir / "server.log"),
-            "-w",
-            "-t",
-            "300",
-            "start",
-        )
+        run(*server.pg_ctl_start_command(bindir, datadir))
         started = True
         yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
     finally:
