@@ -130,10 +130,6 @@ class Sessions:
         for conn in list(self._open):
             stop(conn)
 
-    def names(self) -> list[str]:
-        """The ``application_name`` prefix of the sessions (for a DBA, and tests)."""
-        return [naming.helper_session(self._name, n) for n in range(1, self._count + 1)]
-
 
 def _killed() -> TransientLoadError:
     return TransientLoadError(
