@@ -65,11 +65,11 @@ class LoadSummary(PlainData):
 
     ``seconds`` lists the phases in the order they ran: ``prepare``, ``wait_copy``, ``copy``
     (the first COPY's start to the last COPY's end, from the ledger), ``wait_finalize``, then
-    finalize's own (``check``, ``indexes``, ``constraints``, ``analyze``, ``swap`` or
-    ``insert``; the in-process runner adds ``cleanup``). ``started_at``/``ended_at``: epoch
-    seconds of prepare's start and of the load's end; they add up: ``wall_seconds`` is
-    ``ended_at - started_at``, and rows/s and MB/s are over that span. Figures of finalize
-    alone (``started_at`` 0) say so.
+    finalize's own (``check``, ``indexes``, ``constraints``, ``analyze``, ``swap`` and
+    ``drop_old``, or ``insert``; the in-process runner adds ``cleanup``).
+    ``started_at``/``ended_at``: epoch seconds of prepare's start and of the load's end; they
+    add up: ``wall_seconds`` is ``ended_at - started_at``, and rows/s and MB/s are over that
+    span. Figures of finalize alone (``started_at`` 0) say so.
 
     ``records`` is what the COPY tasks read from the source and sent; every one of them was
     accounted for (``rows`` loaded + ``rejects`` set aside), or the load failed.

@@ -16,6 +16,7 @@ from typing import Any
 
 from airflow_pg_bulk import (
     catalog,
+    fanout,
     history,
     locking,
     naming,
@@ -34,12 +35,16 @@ from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, TargetDefinition
 log = logging.getLogger(__name__)
 
 
-def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
+def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None) -> LoadSummary:
     """Check every partition is in the ledger, then make the staged rows the target's.
 
     replace: build the captured indexes and constraints on staging, restore triggers, grants,
-    owner and comments, ANALYZE, and swap it in for the target in one short transaction.
-    append: insert the staged rows into the target in one transaction."""
+    owner and comments, ANALYZE, and swap it in for the target in one short transaction; the
+    old table is dropped right after, in a transaction of its own.
+    append: insert the staged rows into the target in one transaction.
+
+    :param sessions: where a replace opens extra sessions to build several indexes at once
+        (:mod:`airflow_pg_bulk.fanout`); None: one after another on ``conn``."""
     clock = PhaseClock()
     t = plan.target
     locked = False
@@ -62,7 +67,7 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
                 t.qualified,
             )
         elif plan.mode == "replace":
-            _finalize_replace(conn, plan, clock, rows, nbytes, rejected)
+            _finalize_replace(conn, plan, clock, rows, nbytes, rejected, sessions)
         elif plan.rebuilds:
             merged = rebuild.finalize_rebuild(conn, plan, clock, rows, nbytes, rejected)
         elif plan.mode == "upsert":
@@ -215,7 +220,13 @@ def _finalize_append(
 
 
 def _finalize_replace(
-    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+    conn: Any,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    rows: int,
+    nbytes: int,
+    rejected: int,
+    sessions: fanout.Sessions | None = None,
 ) -> None:
     """Build on staging what the target has; steps already done by an earlier attempt of this
     finalize are skipped, so a retry goes on where the last one stopped."""
@@ -235,11 +246,13 @@ def _finalize_replace(
         conn.commit()
         if staged != rows:
             raise _staging_lost(plan, staged, rows)
-    index_names, constraint_names = build_on_staging(conn, plan, clock, built)
+    index_names, constraint_names = build_on_staging(conn, plan, clock, built, sessions=sessions)
     with clock.phase("swap"):
         _swap(conn, plan, index_names, constraint_names)
         history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
+    with clock.phase("drop_old"):
+        drop_retired(conn, plan)
 
 
 def build_on_staging(
@@ -248,18 +261,24 @@ def build_on_staging(
     clock: PhaseClock,
     built: dict[tuple[str, str], bool | None],
     commit: Callable[[], None] | None = None,
+    sessions: fanout.Sessions | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
     skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
 
     ``commit`` runs after each step (default: the connection's commit, so that a retried
     replace goes on where the last one stopped); a rebuild passes a no-op and keeps it all
-    in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)"""
+    in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)
+
+    Each build gets ``max_parallel_maintenance_workers`` by :func:`fanout.size_builds`; with
+    ``sessions`` and more than one index to build, several are built at once on sessions of
+    their own (:func:`fanout.run_at_once`), each committed there."""
     t = plan.target
     stage = plan.staging_table
     commit = commit or conn.commit
     index_names, constraint_names = naming.temp_names(plan)
     with clock.phase("indexes"):
+        builds = []
         for index in t.indexes:
             name = index_names[index.name]
             done_as_key = (
@@ -269,10 +288,33 @@ def build_on_staging(
                 continue
             if ("index", name) in built:  # an invalid leftover of an interrupted build
                 execute(conn, sql.drop_index(t.schema, name))
-            execute(
-                conn, sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
+            builds.append(
+                sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
             )
-            commit()
+        sizing = fanout.server_sizing(conn, len(builds), plan.settings.index_workers)
+        workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
+        execute(conn, workers)
+        commit()
+        if builds:
+            log.info(
+                "Load %s: building %d indexes on %s, %d at once, %d parallel workers each",
+                plan.load_id,
+                len(builds),
+                stage,
+                min(sizing.builds, len(builds)) if sessions else 1,
+                sizing.workers,
+            )
+        if sessions is not None and sizing.builds > 1 and len(builds) > 1:
+            setup = [
+                sql.set_config("lock_timeout", plan.settings.lock_timeout),
+                sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem),
+                workers,
+            ]
+            fanout.run_at_once(sessions, builds, sizing.builds, setup)
+        else:
+            for statement in builds:
+                execute(conn, statement)
+                commit()
     with clock.phase("constraints"):
         for con in t.constraints:
             _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built, commit)
@@ -369,7 +411,23 @@ def _swap(
     for seq in t.sequences:
         if seq.kind == "serial":
             execute(conn, sql.sequence_owned_by(seq.schema, seq.name, table, seq.column))
+    # Keep the old table, renamed, its files for after the commit (drop_retired): a DROP
+    # here would unlink them and drop their buffers while the lock is held. Make way for the
+    # new table's names, drop its foreign keys (their locks on the referenced tables are taken
+    # here anyway), and drop it at a savepoint rolled back: anything unforeseen that depends
+    # on it fails the swap now, as the DROP here did.
+    load_id = plan.load_id
+    for number, index in enumerate(t.indexes):
+        execute(conn, sql.rename_index(schema, index.name, naming.retired_index(load_id, number)))
+    for number, seq in enumerate(s for s in t.sequences if s.kind == "identity"):
+        old_name = naming.retired_sequence(load_id, number)
+        execute(conn, sql.rename_sequence(seq.schema, seq.name, old_name))
+    for con in t.constraints:
+        if con.kind == ConstraintKind.FOREIGN_KEY:
+            execute(conn, sql.drop_constraint(schema, retired, con.name))
+    execute(conn, sql.savepoint(_PROBE))
     execute(conn, sql.drop_table(schema, retired))
+    execute(conn, sql.rollback_to(_PROBE))
     for original, temp in constraint_names.items():
         execute(conn, sql.rename_constraint(schema, table, temp, original))
     for index in t.indexes:
@@ -394,6 +452,32 @@ def _swap(
             ),
         )
     # (the caller notes the load as finalized in the same transaction, then commits)
+
+
+_PROBE = "pgbulk_drop_probe"
+
+
+def drop_retired(conn: Any, plan: LoadPlan) -> bool:
+    """Drop the old table a swap left (committed), in a transaction of its own under
+    ``lock_timeout``; True when it was dropped. A failure is logged, not raised: the load is
+    visible already, and cleanup drops the table (its name is one of the run's)."""
+    t = plan.target
+    retired = naming.retired_table(plan.load_id)
+    try:
+        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+        execute(conn, sql.drop_table(t.schema, retired, if_exists=True))
+        conn.commit()
+    except Exception:
+        rollback_quietly(conn)
+        log.warning(
+            "Load %s: could not drop the old table, now %s.%s; cleanup drops it",
+            plan.load_id,
+            t.schema,
+            retired,
+            exc_info=True,
+        )
+        return False
+    return True
 
 
 def _restore_properties(conn: Any, t: TargetDefinition) -> None:

@@ -67,8 +67,27 @@ def ledger_table(load_id: str) -> str:
 
 
 def retired_table(load_id: str) -> str:
-    """The name the old target briefly has inside the swap transaction."""
+    """The name the old target has from the swap until its drop, right after the swap commits
+    (cleanup drops it if the process died in between)."""
     return f"{PREFIX}{check_load_id(load_id)}_old"
+
+
+def retired_index(load_id: str, number: int) -> str:
+    """The name the ``number``-th index of the old target takes in the swap, freeing its own
+    for the new table's (the old table is dropped after the swap commits)."""
+    return f"{PREFIX}{check_load_id(load_id)}_oi{number}"
+
+
+def retired_sequence(load_id: str, number: int) -> str:
+    """The name the ``number``-th identity sequence of the old target takes in the swap."""
+    return f"{PREFIX}{check_load_id(load_id)}_os{number}"
+
+
+def helper_session(application_name: str, number: int) -> str:
+    """The ``application_name`` of a step's ``number``-th extra session (finalize's index
+    builds): the step's own name, its end cut if need be, then ``+<number>``."""
+    tail = f"+{number}"
+    return application_name[: APPLICATION_NAME_BYTES - len(tail)] + tail
 
 
 def rebuilt_table(load_id: str) -> str:

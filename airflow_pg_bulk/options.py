@@ -181,6 +181,13 @@ OPTIONS: tuple[LoadOption, ...] = (
         "memory for index builds and constraint validation in finalize", "`512MB`", "settings",
     ),
     LoadOption(
+        "index_workers", int, None,
+        "parallel maintenance workers of each index build in finalize "
+        "(`max_parallel_maintenance_workers`), never more than the server's "
+        "`max_parallel_workers`; `0`: none",
+        "sized from the server (see docs/tuning.md, \"finalize on several cores\")", "settings",
+    ),
+    LoadOption(
         "synchronous_commit", str, "off",
         "`synchronous_commit` of the COPY sessions; with `off` a crash can lose only partitions "
         "whose commit was not yet flushed, which the ledger check then reports — never a silent "
@@ -256,7 +263,7 @@ def _column_list(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-_MINIMUM = {"partitions": 1, "partition_size": 1, "max_rejects": 0}
+_MINIMUM = {"partitions": 1, "partition_size": 1, "max_rejects": 0, "index_workers": 0}
 
 
 def _cli_help(opt: LoadOption) -> str:

@@ -313,12 +313,15 @@ class Settings(PlainData):
     :param synchronous_commit: ``off`` in COPY sessions: a server crash can lose a committed
         partition, which the ledger check in finalize then reports; it never corrupts.
     :param analyze: run ANALYZE on the loaded data before it becomes visible.
+    :param index_workers: parallel maintenance workers per index build in finalize; None:
+        sized from the server (:func:`airflow_pg_bulk.fanout.size_builds`).
     """
 
     lock_timeout: str = "30s"
     maintenance_work_mem: str = "512MB"
     synchronous_commit: str = "off"
     analyze: bool = True
+    index_workers: int | None = None
 
 
 @dataclass(frozen=True)

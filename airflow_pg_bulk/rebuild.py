@@ -16,7 +16,11 @@ target's advisory lock:
 3. the target's indexes and constraints (FKs NOT VALID then VALIDATE), ANALYZE
    (:func:`airflow_pg_bulk.finalize.build_on_staging`);
 4. the replace's swap (:func:`airflow_pg_bulk.finalize._swap`: triggers, grants, owner,
-   comments, sequences, views, referencing keys), the load noted finalized, COMMIT.
+   comments, sequences, views, referencing keys), the load noted finalized, COMMIT; then the
+   old table dropped in a transaction of its own.
+
+The index builds stay on this one session, one after another (each with parallel maintenance
+workers): a build on another session could not see the new table before the commit.
 
 A failure anywhere rolls all of it back: the target is as it was, the new table never
 existed. See docs/design.md, "append and upsert: in place or rebuild".
@@ -100,6 +104,8 @@ def finalize_rebuild(
         finalize._swap(conn, built, index_names, constraint_names)
         history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
+    with clock.phase("drop_old"):
+        finalize.drop_retired(conn, plan)
     if merged:
         log.info(
             "Upsert of load %s into %s rebuilt: %d rows inserted, %d updated",

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_pg_bulk import figures, naming, steps
+from airflow_pg_bulk import fanout, figures, naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.driver import close_cancelling, connect
 from airflow_pg_bulk.errors import BadDataError
@@ -127,6 +127,7 @@ def load(
     staging_logged: bool | None = None,
     lock_timeout: str = "30s",
     maintenance_work_mem: str = "512MB",
+    index_workers: int | None = None,
     synchronous_commit: str = "off",
     analyze: bool = True,
     on_error: str = "fail",
@@ -187,6 +188,10 @@ def load(
         the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
+    :param index_workers: parallel maintenance workers of each index build in finalize
+        (``max_parallel_maintenance_workers``), never more than the server's
+        ``max_parallel_workers``; ``0``: none; default sized from the server (see
+        docs/tuning.md, "finalize on several cores").
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
         can lose only partitions whose commit was not yet flushed, which the ledger check then
         reports — never a silent partial load; default ``off``.
@@ -225,8 +230,9 @@ def load(
         workers = jobs or min(len(plan.partitions), 4)
         run_plan(factory, plan, workers)
         copies = figures.copy_span(main, plan)
-        steps.start_session(main, naming.application_name(load_id, "finalize"))
-        summary = steps.finalize(main, plan)
+        name = naming.application_name(load_id, "finalize")
+        steps.start_session(main, name)
+        summary = steps.finalize(main, plan, fanout.Sessions(factory, name))
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)

@@ -572,6 +572,15 @@ def setting_milliseconds(name: str) -> Composed:
     return SQL("SELECT setting::bigint FROM pg_settings WHERE name = {}").format(Literal(name))
 
 
+def parallel_limits() -> SQL:
+    """The server's ceilings on parallel workers: ``max_worker_processes``,
+    ``max_parallel_workers`` (readable by any role)."""
+    return SQL(
+        "SELECT current_setting('max_worker_processes')::int,"
+        " current_setting('max_parallel_workers')::int"
+    )
+
+
 def rename_table(schema: str, old: str, new: str) -> Composed:
     """Rename a table within its schema."""
     return SQL("ALTER TABLE {} RENAME TO {}").format(_table(schema, old), Identifier(new))

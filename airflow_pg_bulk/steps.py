@@ -17,6 +17,7 @@ from typing import Any
 from airflow_pg_bulk import (
     accounting,
     catalog,
+    fanout,
     history,
     naming,
     planning,
@@ -329,7 +330,10 @@ def copy_partition(
 
 
 def complete_and_finalize(
-    conn: Any, plan: LoadPlan, progress: ProgressCallback | None = None
+    conn: Any,
+    plan: LoadPlan,
+    progress: ProgressCallback | None = None,
+    sessions: fanout.Sessions | None = None,
 ) -> LoadSummary:
     """COPY the partitions the ledger lacks, then :func:`finalize`.
 
@@ -337,7 +341,10 @@ def complete_and_finalize(
     again after they committed — the run's tasks were cleared in part (clearing finalize
     clears its setup, prepare, and its teardown, cleanup, but not the COPY tasks) — and the
     staging those COPY tasks filled was dropped. Each missing partition is loaded here,
-    exactly once (the ledger's claim), before anything becomes visible."""
+    exactly once (the ledger's claim), before anything becomes visible.
+
+    :param sessions: extra sessions for building several indexes at once (see
+        :func:`airflow_pg_bulk.finalize.finalize`)."""
     for index in missing_partitions(conn, plan):
         log.warning(
             "Load %s: partition %d is not in the ledger (prepare ran again since its COPY "
@@ -346,7 +353,7 @@ def complete_and_finalize(
             index,
         )
         copy_partition(conn, plan, index, progress)
-    return finalize(conn, plan)
+    return finalize(conn, plan, sessions)
 
 
 # --- cleanup ---------------------------------------------------------------------------------

@@ -86,6 +86,18 @@ def _as_postgres(cmd: list[str]) -> list[str]:
     return cmd
 
 
+def initdb_command(bindir: Path, datadir: Path, locale: str = "C.UTF-8") -> list[str]:
+    """initdb of a trust-auth UTF8 cluster with a ``postgres`` superuser."""
+    return [str(bindir / "initdb"), "-D", str(datadir), "-U", "postgres", "--auth=trust",
+            "-E", "UTF8", f"--locale={locale}"]  # fmt: skip
+
+
+def pg_ctl_start_command(bindir: Path, datadir: Path) -> list[str]:
+    """pg_ctl start, waiting up to 120 s, logging to ``server.log`` in the data directory."""
+    return [str(bindir / "pg_ctl"), "-D", str(datadir), "-l", str(datadir / "server.log"),
+            "-w", "-t", "120", "start"]  # fmt: skip
+
+
 @contextlib.contextmanager
 def throwaway_cluster(
     *, port: int | None = None, shared_buffers: str | None = None, major: int | None = None
@@ -106,19 +118,7 @@ def throwaway_cluster(
     started = False
     try:
         subprocess.run(
-            _as_postgres(
-                [
-                    str(bindir / "initdb"),
-                    "-D",
-                    str(datadir),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                    "--locale=C.UTF-8",
-                ]
-            ),
+            _as_postgres(initdb_command(bindir, datadir)),
             check=True,
             capture_output=True,
             text=True,
@@ -132,19 +132,7 @@ def throwaway_cluster(
                 f"shared_buffers = '{shared_buffers}'\n"
             )
         subprocess.run(
-            _as_postgres(
-                [
-                    str(bindir / "pg_ctl"),
-                    "-D",
-                    str(datadir),
-                    "-l",
-                    str(datadir / "server.log"),
-                    "-w",
-                    "-t",
-                    "120",
-                    "start",
-                ]
-            ),
+            _as_postgres(pg_ctl_start_command(bindir, datadir)),
             check=True,
             capture_output=True,
             text=True,

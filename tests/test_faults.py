@@ -668,9 +668,9 @@ def test_two_runs_of_the_same_load_at_once_never_interleave(
     together = threading.Barrier(2, timeout=120)
     real_finalize = steps.finalize
 
-    def finalize_together(conn: Any, plan: LoadPlan) -> Any:
+    def finalize_together(conn: Any, plan: LoadPlan, *sessions: Any) -> Any:
         together.wait()
-        return real_finalize(conn, plan)
+        return real_finalize(conn, plan, *sessions)
 
     monkeypatch.setattr(steps, "finalize", finalize_together)
     load_ids = [naming.new_load_id(), naming.new_load_id()]

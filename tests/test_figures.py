@@ -16,7 +16,7 @@ from airflow_pg_bulk.demo.connection import airflow_connection_json
 from airflow_pg_bulk.figures import LoadSummary, whole_load
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "dags_examples"
-FINALIZE_PHASES = {"check", "indexes", "constraints", "analyze", "swap"}
+FINALIZE_PHASES = {"check", "indexes", "constraints", "analyze", "swap", "drop_old"}
 
 
 def _within(part: float, whole: float, share: float = 0.05) -> bool:

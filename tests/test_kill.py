@@ -85,9 +85,12 @@ def session_of(plan: LoadPlan) -> str:
 
 
 def assert_stopped(db: Database, name: str, since: float) -> None:
-    """No statement of the session ``name`` is active, within STOPPED_WITHIN s of ``since``."""
+    """No statement of the session ``name`` (or of its extra sessions, ``name+<n>``: finalize's
+    index builds) is active, within STOPPED_WITHIN s of ``since``."""
     while db.scalar(
-        "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'",
+        "SELECT count(*) FROM pg_stat_activity WHERE (application_name = %s"
+        " OR starts_with(application_name, %s || '+')) AND state = 'active'",
+        name,
         name,
     ):
         assert time.monotonic() - since < STOPPED_WITHIN, f"{name} still runs a statement"

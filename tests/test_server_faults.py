@@ -312,14 +312,17 @@ def caught(
     timeout: float = 30,
     application: str = APPLICATION,
 ) -> int:
-    """The pid of this test's load backend (the session named ``application``) running a
-    statement that holds ``needle`` while it waits on ``waiting`` (a wait event: ``PgSleep``
-    in a trap, or ``relation`` for a lock)."""
+    """The pid of this test's load backend (the session named ``application``, or one of its
+    extra sessions, ``application+<n>``: finalize's index builds) running a statement that
+    holds ``needle`` while it waits on ``waiting`` (a wait event: ``PgSleep`` in a trap, or
+    ``relation`` for a lock)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = db.scalar(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = %s AND state = 'active'"
+            "SELECT pid FROM pg_stat_activity WHERE (application_name = %s"
+            " OR starts_with(application_name, %s || '+')) AND state = 'active'"
             " AND strpos(query, %s) > 0 AND strpos(query, %s) > 0 AND wait_event = %s",
+            application,
             application,
             db.schema,
             needle,

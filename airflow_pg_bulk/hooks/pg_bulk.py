@@ -31,6 +31,7 @@ class PgBulkHook(PostgresHook):
 
     hook_name = "Postgres (bulk load)"
     _in_use: Any = None  # the connection of the step running now (read by cancel)
+    _sessions: Any = None  # finalize's extra sessions (fanout.Sessions), stopped by cancel too
 
     @contextmanager
     def _bulk_connection(self, application_name: str) -> Iterator[Any]:
@@ -57,6 +58,9 @@ class PgBulkHook(PostgresHook):
             return False
         from airflow_pg_bulk import driver
 
+        sessions = self._sessions
+        if sessions is not None:
+            sessions.stop()
         driver.stop(conn)
         return True
 
@@ -100,12 +104,18 @@ class PgBulkHook(PostgresHook):
         application_name: str | None = None,
     ) -> LoadSummary:
         """COPY any partition the ledger lacks (after a partial clear), then build indexes
-        and constraints and swap (replace) or insert (append) atomically."""
-        from airflow_pg_bulk import steps
+        (several at once, each on a session of its own named after this step's, with a
+        ``+<n>`` suffix) and constraints and swap (replace) or insert (append) atomically.
+        :meth:`cancel` stops the extra sessions too."""
+        from airflow_pg_bulk import fanout, steps
 
         name = application_name or naming.application_name(plan.load_id, "finalize")
-        with self._bulk_connection(name) as conn:
-            return steps.complete_and_finalize(conn, plan, progress)
+        self._sessions = fanout.Sessions(self.get_conn, name)
+        try:
+            with self._bulk_connection(name) as conn:
+                return steps.complete_and_finalize(conn, plan, progress, self._sessions)
+        finally:
+            self._sessions = None
 
     def cleanup(
         self,

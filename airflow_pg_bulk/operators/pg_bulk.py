@@ -209,6 +209,10 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
+    :param index_workers: parallel maintenance workers of each index build in finalize
+        (``max_parallel_maintenance_workers``), never more than the server's
+        ``max_parallel_workers``; ``0``: none; default sized from the server (see
+        docs/tuning.md, "finalize on several cores").
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
         can lose only partitions whose commit was not yet flushed, which the ledger check then
         reports — never a silent partial load; default ``off``.
@@ -259,6 +263,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         staging_logged: bool | None = None,
         lock_timeout: str = "30s",
         maintenance_work_mem: str = "512MB",
+    index_workers: int | None = None,
         synchronous_commit: str = "off",
         analyze: bool = True,
         on_error: str = "fail",

@@ -1,0 +1,188 @@
+"""Finalize on several cores: the index builds of one table at once, on sessions of their own,
+each with parallel maintenance workers sized from what the server allows.
+
+``CREATE INDEX`` takes SHARE on its table, which does not conflict with itself, so the indexes
+of staging can be built at once, each on its own session (each commits on its own, as the
+serial path does, so a retry goes on where the last attempt stopped). Nothing else of finalize
+overlaps them: ``ALTER TABLE ... ADD CONSTRAINT`` (SHARE ROW EXCLUSIVE / ACCESS EXCLUSIVE),
+``VALIDATE CONSTRAINT`` and ``ANALYZE`` (SHARE UPDATE EXCLUSIVE) conflict with SHARE on the same
+table, and with each other. See docs/design.md, "finalize on several cores".
+
+The sizing rule (:func:`size_builds`) reads the server's ``max_worker_processes`` and
+``max_parallel_workers``; the extra sessions come from a :class:`Sessions`, which the hook
+stops on a kill together with the step's own connection.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from psycopg.sql import Composable
+
+from airflow_pg_bulk import naming, sql
+from airflow_pg_bulk.driver import close_cancelling, execute, rollback_quietly, stop
+from airflow_pg_bulk.errors import TransientLoadError
+
+log = logging.getLogger(__name__)
+
+BUILDS_PER_WORKERS = 4  # one more build at once per this many parallel workers the server allows
+
+
+@dataclass(frozen=True)
+class BuildSizing:
+    """How finalize builds the indexes of one table.
+
+    :param builds: index builds at once, each on its own session (1: one after another on
+        finalize's own session, as before).
+    :param workers: ``max_parallel_maintenance_workers`` of each build's session.
+    """
+
+    builds: int
+    workers: int
+
+
+def size_builds(
+    indexes: int,
+    max_worker_processes: int,
+    max_parallel_workers: int,
+    index_workers: int | None = None,
+) -> BuildSizing:
+    """The sizing rule (pure). ``pool = min(max_worker_processes, max_parallel_workers)`` is
+    what the server lets all parallel work use at once; ``builds = min(indexes, max(1, pool //
+    4))`` (the server's default pool of 8 builds two at once, a pool of 16 four);
+    ``workers = pool // builds - 1`` per build (its leader works too), or ``index_workers``
+    when given, never above ``pool``. PostgreSQL itself may start fewer: by the table's size,
+    by ``maintenance_work_mem`` (32 MB per participant) and by what is free in the pool.
+
+    :param indexes: the indexes left to build.
+    :param max_worker_processes: the server's setting.
+    :param max_parallel_workers: the server's setting.
+    :param index_workers: the user's override of the workers per build (the load option).
+    """
+    pool = max(0, min(max_worker_processes, max_parallel_workers))
+    builds = max(1, min(indexes, pool // BUILDS_PER_WORKERS))
+    workers = max(0, pool // builds - 1) if index_workers is None else index_workers
+    return BuildSizing(builds=builds, workers=max(0, min(workers, pool)))
+
+
+def server_sizing(conn: Any, indexes: int, index_workers: int | None) -> BuildSizing:
+    """:func:`size_builds` with the server's settings, read on ``conn`` (in its transaction:
+    a rebuild keeps everything in one)."""
+    processes, parallel = execute(conn, sql.parallel_limits())[0]
+    return size_builds(indexes, processes, parallel, index_workers)
+
+
+class Sessions:
+    """The extra sessions of one step, opened on demand by ``factory`` and named after the
+    step's own session (:func:`airflow_pg_bulk.naming.helper_session`).
+
+    :meth:`stop` (a kill, from any thread or a signal handler) cancels the statement each open
+    session runs and refuses every further statement and session, as
+    :func:`airflow_pg_bulk.driver.stop` does for the step's own connection.
+
+    :param factory: returns a new DB-API connection (psycopg 3 or psycopg2).
+    :param application_name: the step's own session name.
+    """
+
+    def __init__(self, factory: Callable[[], Any], application_name: str) -> None:
+        self._factory = factory
+        self._name = application_name
+        self._open: list[Any] = []
+        self._count = 0
+        self._lock = threading.Lock()
+        self.stopped = False
+
+    def open(self, setup: Sequence[Composable] = ()) -> Any:
+        """A new session, named and set up (``setup``'s statements, committed)."""
+        from airflow_pg_bulk import steps
+
+        if self.stopped:
+            raise _killed()
+        conn = self._factory()
+        with self._lock:
+            self._count += 1
+            number = self._count
+            self._open.append(conn)
+        if self.stopped:  # a kill between the check above and the append
+            stop(conn)
+        steps.start_session(conn, naming.helper_session(self._name, number))
+        for statement in setup:
+            execute(conn, statement)
+        conn.commit()
+        return conn
+
+    def close(self, conn: Any) -> None:
+        """Close one session, cancelling first a statement still running."""
+        with self._lock:
+            if conn in self._open:
+                self._open.remove(conn)
+        close_cancelling(conn)
+
+    def stop(self) -> None:
+        """Cancel what every open session runs and refuse further statements and sessions.
+        Takes no lock (list copies are atomic): safe from a signal handler."""
+        self.stopped = True
+        for conn in list(self._open):
+            stop(conn)
+
+
+def _killed() -> TransientLoadError:
+    return TransientLoadError(
+        "the task was killed: its running statements were cancelled and no other starts",
+        sqlstate="57014",
+    )
+
+
+def run_at_once(
+    sessions: Sessions,
+    statements: Sequence[Composable],
+    builds: int,
+    setup: Sequence[Composable] = (),
+) -> None:
+    """Run ``statements`` (each in its own transaction, committed) on ``builds`` sessions at
+    once. The first failure stops the others (their statements cancelled, rolled back) and
+    is raised; so is an exception of the calling thread (a timeout, a KeyboardInterrupt)."""
+    pending = list(statements)
+    lock = threading.Lock()
+    failures: list[BaseException] = []
+
+    def worker() -> None:
+        conn = None
+        try:
+            conn = sessions.open(setup)
+            while True:
+                with lock:
+                    if failures or not pending:
+                        return
+                    statement = pending.pop(0)
+                execute(conn, statement)
+                conn.commit()
+        except BaseException as exc:
+            with lock:
+                first = not failures
+                failures.append(exc)
+            if first:
+                sessions.stop()  # the others' statements: cancelled
+            if conn is not None:
+                rollback_quietly(conn)
+        finally:
+            if conn is not None:
+                sessions.close(conn)
+
+    pool = ThreadPoolExecutor(max_workers=builds, thread_name_prefix="pg-bulk-index")
+    try:
+        futures = [pool.submit(worker) for _ in range(min(builds, len(pending)))]
+        for future in futures:
+            future.result()
+    except BaseException:
+        sessions.stop()
+        raise
+    finally:
+        pool.shutdown(wait=True)
+    if failures:
+        raise failures[0]
