@@ -81,13 +81,17 @@ class _Check:
     build: Any  # (after: int) -> Composed
 
 
-def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found:
+def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
     """The file and line of a row that breaks the constraint ``err`` names (see the module's
-    docstring); never raises (a failure to look is logged and the files are named)."""
+    docstring); never raises (a failure to look is logged and the files are named). None: the
+    constraint is not the target's (a key of a table referencing it, re-added by the swap,
+    that the new rows no longer satisfy): no loaded row breaks it."""
     files = tuple(dict.fromkeys(p.path for part in plan.partitions for p in part.pieces))
     try:
         checks = _checks(conn, plan, err)
         conn.rollback()
+        if checks is None:
+            return None
         if checks:
             found = _replay(conn, plan, checks)
             if found is not None:
@@ -99,8 +103,9 @@ def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found:
     return Found(files=files)
 
 
-def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check]:
-    """The queries that find an offending row of the constraint ``err`` names."""
+def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
+    """The queries that find an offending row of the constraint ``err`` names; [] when none
+    can; None when it is no constraint of the target."""
     t = plan.target
     if err.sqlstate == "23502":
         match = _NOT_NULL_COLUMN.search(err.message)
@@ -109,11 +114,11 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check]:
             return []
         return [_failing(sql.is_null(column))]
     if not err.constraint:
-        return []
+        return None
     name = naming.original_names(plan, err.constraint)
     found = execute(conn, sql.violated_constraint(t.oid, name))
     if not found:
-        return []
+        return None
     kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression = found[0]
     key = list(key)
     if kind == "c":
