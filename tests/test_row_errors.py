@@ -207,3 +207,25 @@ def test_byte_order_mark_loads(db, tmp_path, fmt, header, compressed):
 
     assert summary.rows == 400
     assert db.run(f"SELECT min(id), max(id), min(name) FROM {db.schema}.bom") == [(1, 400, "n1")]
+
+
+def test_where_no_row_can_be_told_the_files_are_named(items, tmp_path):
+    """With on_error="reject", rows COPY set aside stop the second reading: the files are
+    named instead of a line."""
+    _write(tmp_path, {2: 77})  # b.csv line 45: a parent that does not exist
+    a = (tmp_path / "a.csv").read_text().replace('"3","3","4","3"', '"3","3","4","x"', 1)
+    (tmp_path / "a.csv").write_text(a)  # a.csv line 3: qty is not a number, set aside
+    before = items.checksum("items")
+
+    with pytest.raises(ConstraintViolationError) as failed:
+        runner.load(
+            lambda: open_connection(items.dsn, "psycopg"), items.table("items"),
+            str(tmp_path / "*.csv"), mode="append", strategy="in_place", partitions=6,
+            on_error="reject", max_rejects=5,
+        )  # fmt: skip
+
+    message = str(failed.value)
+    assert "items_parent_fkey" in message and "the offending rows came from" in message
+    assert all(f"{tmp_path}/{name}.csv" in message for name in FILES)
+    assert failed.value.rows == ()
+    assert items.checksum("items") == before
