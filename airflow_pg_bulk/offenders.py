@@ -22,8 +22,8 @@ constraint, plus one query per piece; it stops at the piece holding the first of
 and after :data:`BUDGET_SECONDS` whatever is left. It runs after finalize rolled back, in a
 transaction of its own that is rolled back too (the temporary table goes with it): the
 target is never touched. When a row cannot be found (an expression index, a constraint on a
-column that is not loaded, a stream that cannot be read twice, rows that only
-``on_error="reject"`` let through), the error names the load's files instead.
+column that is not loaded, a stream that cannot be read twice, rows ``on_error="reject"`` set
+aside, which stop the second reading), the error names the load's files instead.
 """
 
 from __future__ import annotations
@@ -126,9 +126,11 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
     if not key or not set(key) <= set(plan.columns):
         return []
     if kind == "f":
-        if (ref_schema, ref_table) == (t.schema, t.table):
-            return []  # references the target itself: its rows are the load's and the target's
-        return [_failing(sql.unreferenced(key, ref_schema, ref_table, list(ref_key)))]
+        # a key of the table to itself (append and upsert in place: a replace or a rebuild
+        # refuses one) is matched by the target's rows and by the loaded ones, all in staging
+        to_itself = (ref_schema, ref_table) == (t.schema, t.table)
+        also = (t.schema, plan.staging_table) if to_itself else None
+        return [_failing(sql.unreferenced(key, ref_schema, ref_table, list(ref_key), also=also))]
     if kind not in ("p", "u", "i", "x"):
         return []
     ops: list[tuple[str, str] | None] = (

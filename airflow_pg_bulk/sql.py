@@ -1204,15 +1204,25 @@ def conflicts_with_target(
 
 
 def unreferenced(
-    key: Sequence[str], ref_schema: str, ref_table: str, ref_key: Sequence[str]
+    key: Sequence[str],
+    ref_schema: str,
+    ref_table: str,
+    ref_key: Sequence[str],
+    *,
+    also: tuple[str, str] | None = None,
 ) -> Composed:
-    """A replayed row ``r``'s foreign key (no column NULL) matches no referenced row."""
-    return SQL("{} AND NOT EXISTS (SELECT 1 FROM {} p WHERE {})").format(
+    """A replayed row ``r``'s foreign key (no column NULL) matches no referenced row (in
+    the referenced table, nor in ``also``, (schema, table): the loaded rows of a table whose
+    key references itself)."""
+    match = SQL(" AND ").join(
+        SQL("p.{} = r.{}").format(Identifier(pc), Identifier(c))
+        for c, pc in zip(key, ref_key, strict=True)
+    )
+    tables = [_table(ref_schema, ref_table)] + ([_table(*also)] if also else [])
+    return SQL("{} AND {}").format(
         SQL(" AND ").join(SQL("r.{} IS NOT NULL").format(Identifier(c)) for c in key),
-        _table(ref_schema, ref_table),
         SQL(" AND ").join(
-            SQL("p.{} = r.{}").format(Identifier(pc), Identifier(c))
-            for c, pc in zip(key, ref_key, strict=True)
+            SQL("NOT EXISTS (SELECT 1 FROM {} p WHERE {})").format(t, match) for t in tables
         ),
     )
 

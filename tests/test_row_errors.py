@@ -229,3 +229,26 @@ def test_where_no_row_can_be_told_the_files_are_named(items, tmp_path):
     assert all(f"{tmp_path}/{name}.csv" in message for name in FILES)
     assert failed.value.rows == ()
     assert items.checksum("items") == before
+
+
+@pytest.mark.parametrize("mode", ["append", "upsert"])
+def test_a_foreign_key_of_the_table_to_itself(db, tmp_path, mode):
+    """A row may reference a row of the target or another loaded row; the one referencing
+    neither is named."""
+    db.run(
+        psql.SQL("CREATE TABLE {0} (id int PRIMARY KEY, up int REFERENCES {0})").format(
+            db.ident("nodes")
+        )
+    )
+    db.run(f"INSERT INTO {db.schema}.nodes VALUES (1, NULL), (2, 1)")
+    before = db.checksum("nodes")
+    (tmp_path / "n.csv").write_text("10,1\n11,12\n12,10\n13,99\n14,\n")
+
+    with pytest.raises(ConstraintViolationError) as failed:
+        runner.load(
+            lambda: open_connection(db.dsn, "psycopg"), db.table("nodes"),
+            str(tmp_path / "n.csv"), mode=mode, strategy="in_place",
+        )  # fmt: skip
+
+    assert f"{tmp_path}/n.csv line 4" in str(failed.value)
+    assert db.checksum("nodes") == before
