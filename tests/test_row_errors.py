@@ -252,3 +252,25 @@ def test_a_foreign_key_of_the_table_to_itself(db, tmp_path, mode):
 
     assert f"{tmp_path}/n.csv line 4" in str(failed.value)
     assert db.checksum("nodes") == before
+
+
+@pytest.mark.parametrize("fmt", ["csv", "text"])
+def test_the_line_counts_the_header_in_both_formats(items, tmp_path, fmt):
+    sep = "," if fmt == "csv" else "\t"
+    for k, name in enumerate(("a", "b")):
+        lines = [sep.join(("id", "code", "qty"))]
+        lines += [sep.join(str(k * 1000 + n) for _ in range(2)) + f"{sep}1" for n in range(1, 81)]
+        if k == 1:
+            lines[70] = sep.join(("1070", "12", "1"))  # line 71 of b: a.csv line 13's code
+        (tmp_path / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    before = items.checksum("items")
+
+    with pytest.raises(ConstraintViolationError) as failed:
+        runner.load(
+            lambda: open_connection(items.dsn, "psycopg"), items.table("items"),
+            str(tmp_path / "*.txt"), mode="append", strategy="in_place", format=fmt,
+            header=True, partitions=4,
+        )  # fmt: skip
+
+    assert f"{tmp_path}/a.txt line 13 and {tmp_path}/b.txt line 71" in str(failed.value)
+    assert items.checksum("items") == before
