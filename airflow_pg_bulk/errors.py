@@ -71,7 +71,35 @@ class BadDataError(PgBulkError):
 
 
 class ConstraintViolationError(PgBulkError):
-    """The loaded rows break a constraint of the target (found in finalize); target untouched."""
+    """The loaded rows break a constraint of the target (found in finalize); target untouched.
+
+    :param message: the explanation: constraint, key, and the file and line of an offending
+        row (both rows of a duplicate key loaded twice) when they were found.
+    :param rows: (file, line) of each offending row found (see :mod:`airflow_pg_bulk.offenders`).
+    :param in_target: the row conflicts with a row the target already holds.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        rows: tuple[tuple[str, int], ...] = (),
+        in_target: bool = False,
+        sqlstate: str | None = None,
+    ) -> None:
+        super().__init__(message, sqlstate=sqlstate)
+        self.rows = rows
+        self.in_target = in_target
+
+    @property
+    def path(self) -> str | None:
+        """The file of the (first) offending row found, or None."""
+        return self.rows[0][0] if self.rows else None
+
+    @property
+    def line(self) -> int | None:
+        """The line of the (first) offending row found, or None."""
+        return self.rows[0][1] if self.rows else None
 
 
 class IncompleteLoadError(PgBulkError):

@@ -20,6 +20,7 @@ from airflow_pg_bulk import (
     history,
     locking,
     naming,
+    offenders,
     planning,
     rebuild,
     sql,
@@ -27,8 +28,13 @@ from airflow_pg_bulk import (
     upsert,
 )
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
-from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar
-from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
+from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar, server_error
+from airflow_pg_bulk.errors import (
+    BadDataError,
+    ConstraintViolationError,
+    IncompleteLoadError,
+    LoadRefusedError,
+)
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
 from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, TargetDefinition
 
@@ -76,7 +82,11 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
             _finalize_append(conn, plan, clock, rows, nbytes, rejected)
     except BaseException as exc:
         rollback_quietly(conn)
-        raise translate.finalize_error(exc, plan) from exc
+        error = translate.finalize_error(exc, plan)
+        if isinstance(error, ConstraintViolationError):  # find the row: re-read the source
+            found = offenders.locate(conn, plan, server_error(exc))
+            error = translate.finalize_error(exc, plan, found)
+        raise error from exc
     finally:
         if locked:
             _release_load_lock(conn, plan)

@@ -367,10 +367,8 @@ def _plain_copy(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
         with gzip.open(piece.path, "rb") as src:
             shutil.copyfileobj(src, tmp)
     tmp.flush()
-    start = 0
-    if piece.skip_header:
-        with open(tmp.name, "rb") as f:
-            start = len(splitting.first_record(f, sources.syntax_of(plan.copy)))
+    with open(tmp.name, "rb") as f:
+        start = sources.content_start(f, piece, plan.copy)
     return Piece(tmp.name, start, os.path.getsize(tmp.name), 1)
 
 

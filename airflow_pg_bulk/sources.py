@@ -54,6 +54,7 @@ _GLOB_CHARS = frozenset("*?[")
 STDIN = "-"
 STDIN_NAME = "<stdin>"
 _DELIMITERS = (",", ";", "\t", "|")
+UTF8_BOM = b"\xef\xbb\xbf"
 
 
 @dataclass(frozen=True)
@@ -438,6 +439,8 @@ def plan_partitions(
                 )
             )
             continue
+        if not skip and _has_bom(file, opts):
+            skip = len(UTF8_BOM)  # the file's first piece starts after it, on line 1
         if file.size - skip <= 0:
             continue
         pieces.extend(_split_file(file, skip, target, syntax, opts))
@@ -471,6 +474,47 @@ def _split_file(
     return pieces
 
 
+def drops_bom(opts: CopyOptions) -> bool:
+    """Whether a UTF-8 byte-order mark at the start of a file is dropped (not data): when the
+    file is read as UTF-8. With a header the mark is part of the header line, dropped with it;
+    without one, the file's first piece starts after it (see docs/design.md, "byte-order mark").
+    """
+    return charsets.pg_name(opts.encoding) == "UTF8"
+
+
+def _has_bom(file: SourceFile, opts: CopyOptions) -> bool:
+    """A plain local file read as UTF-8 that starts with a byte-order mark."""
+    if not drops_bom(opts) or file.size < len(UTF8_BOM):
+        return False
+    with open(file.path, "rb") as f:
+        return f.read(len(UTF8_BOM)) == UTF8_BOM
+
+
+def content_start(spooled: IO[bytes], piece: Piece, opts: CopyOptions) -> int:
+    """Where the data of a whole-file piece's (decompressed) content, spooled to ``spooled``,
+    begins: after its header, or after a UTF-8 byte-order mark when it has no header."""
+    spooled.seek(0)
+    if piece.skip_header:
+        return len(splitting.first_record(spooled, syntax_of(opts)))
+    return len(UTF8_BOM) if drops_bom(opts) and spooled.read(3) == UTF8_BOM else 0
+
+
+def _without_bom(chunks: Iterator[bytes]) -> Iterator[bytes]:
+    """The chunks with a UTF-8 byte-order mark at the very start dropped."""
+    pending = b""
+    for chunk in chunks:
+        pending += chunk
+        if len(pending) < len(UTF8_BOM) and UTF8_BOM.startswith(pending):
+            continue  # too short to tell yet
+        yield pending[len(UTF8_BOM) :] if pending.startswith(UTF8_BOM) else pending
+        break
+    else:
+        if pending:
+            yield pending
+        return
+    yield from chunks
+
+
 def _header_newline(file: SourceFile, syntax: splitting.RecordSyntax) -> str | None:
     """The line ending of a compressed file's or a stream's header line, or None."""
     record = _header_record(file, syntax)
@@ -500,10 +544,10 @@ def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None)
     chunk_size = chunk_size or READ_CHUNK  # read at call time, so it can be tuned
     if is_stream(piece.path) or objects.is_url(piece.path):
         chunks = content_chunks(piece, chunk_size)
-        yield from _without_header(chunks, syntax_of(opts)) if piece.skip_header else chunks
+        yield from _content(chunks, piece, opts)
         return
     if piece.compression == "gzip":
-        yield from _gzip_chunks(piece, syntax_of(opts), chunk_size)
+        yield from _gzip_chunks(piece, opts, chunk_size)
         return
     with open(piece.path, "rb") as f:
         f.seek(piece.start)
@@ -537,10 +581,17 @@ def stream_chunks(piece: Piece, chunk_size: int | None = None) -> Iterator[bytes
     return _damage_named(piece.path, stream.chunks(chunk_size or READ_CHUNK))
 
 
-def _gzip_chunks(piece: Piece, syntax: splitting.RecordSyntax, chunk_size: int) -> Iterator[bytes]:
+def _gzip_chunks(piece: Piece, opts: CopyOptions, chunk_size: int) -> Iterator[bytes]:
     with gzip.open(piece.path, "rb") as f:
         chunks = _damage_named(piece.path, iter(lambda: f.read(chunk_size), b""))
-        yield from _without_header(chunks, syntax) if piece.skip_header else chunks
+        yield from _content(chunks, piece, opts)
+
+
+def _content(chunks: Iterator[bytes], piece: Piece, opts: CopyOptions) -> Iterator[bytes]:
+    """A whole-file piece's data: its header dropped, or else a UTF-8 byte-order mark."""
+    if piece.skip_header:
+        return _without_header(chunks, syntax_of(opts))
+    return _without_bom(chunks) if drops_bom(opts) else chunks
 
 
 def _damage_named(path: str, chunks: Iterator[bytes]) -> Iterator[bytes]:
@@ -608,8 +659,6 @@ def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, in
                 shutil.copyfileobj(src, tmp)
         tmp.flush()
         size = os.path.getsize(tmp.name)
-        start = 0
-        if piece.skip_header:
-            with open(tmp.name, "rb") as f:
-                start = len(splitting.first_record(f, syntax))
+        with open(tmp.name, "rb") as f:
+            start = content_start(f, piece, opts)
         return splitting.record_line_numbers(tmp.name, start, size, record_number, syntax)

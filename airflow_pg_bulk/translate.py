@@ -12,7 +12,7 @@ error is returned unchanged.
 
 from __future__ import annotations
 
-from airflow_pg_bulk import naming, sources
+from airflow_pg_bulk import naming, offenders, sources
 from airflow_pg_bulk.driver import ServerError, is_connection_lost, is_database_error, server_error
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
@@ -79,8 +79,13 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
     return BadDataError(message, path=piece.path, line=line, column=column, value=value)
 
 
-def finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
-    """What a failed finalize raises: transient, a constraint violation, or ``exc`` itself."""
+def finalize_error(
+    exc: BaseException, plan: LoadPlan, found: offenders.Found | None = None
+) -> BaseException:
+    """What a failed finalize raises: transient, a constraint violation, or ``exc`` itself.
+
+    :param found: where the offending rows of a constraint violation are
+        (:func:`airflow_pg_bulk.offenders.locate`), named in its message."""
     if is_connection_lost(exc):
         return TransientLoadError(
             f"finalize of {plan.target.qualified}: the connection to the server was lost "
@@ -89,10 +94,12 @@ def finalize_error(exc: BaseException, plan: LoadPlan) -> BaseException:
         )
     if not isinstance(exc, Exception) or not is_database_error(exc):
         return exc
-    return finalize_server_error(server_error(exc), plan) or exc
+    return finalize_server_error(server_error(exc), plan, found) or exc
 
 
-def finalize_server_error(err: ServerError, plan: LoadPlan) -> Exception | None:
+def finalize_server_error(
+    err: ServerError, plan: LoadPlan, found: offenders.Found | None = None
+) -> Exception | None:
     """:func:`finalize_error` for an error the server raised; None: not one to translate."""
     t = plan.target
     if err.sqlstate in TRANSIENT_SQLSTATES:
@@ -114,13 +121,17 @@ def finalize_server_error(err: ServerError, plan: LoadPlan) -> Exception | None:
         )
     constraint = f" ({err.constraint})" if err.constraint else ""
     detail = f": {err.detail.rstrip('.')}" if err.detail else ""
+    where = f"; {found.describe()}" if found else ""
     return ConstraintViolationError(
         naming.original_names(
             plan,
             f"the loaded rows break a constraint of {t.qualified}{constraint}: "
-            f"{truncate(err.message, MESSAGE_LIMIT)}{truncate(detail, MESSAGE_LIMIT)}. "
+            f"{truncate(err.message, MESSAGE_LIMIT)}{truncate(detail, MESSAGE_LIMIT)}{where}. "
             "The target is unchanged",
-        )
+        ),
+        rows=found.rows if found else (),
+        in_target=found.in_target if found else False,
+        sqlstate=err.sqlstate,
     )
 
 

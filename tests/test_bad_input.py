@@ -89,6 +89,9 @@ class Case:
     dsn_options: str | None = None
     min_pieces: int = 0  # assert the file really is split into at least this many pieces
     check: Callable[[Any, str], None] | None = None  # extra check on the loaded target
+    # what plain COPY is given instead of the file's bytes, where the load departs from it
+    # on purpose (a UTF-8 byte-order mark is dropped: see the README, "byte-order mark")
+    reference: Callable[[bytes], bytes] | None = None
 
 
 def _lines(*records: str, eol: str = "\n", final: bool = True) -> bytes:
@@ -441,12 +444,10 @@ CASES: list[Case] = [
         _bom_header,
         options={"header": True},
     ),
-    Case(
+    Case(  # plain COPY fails on the mark (invalid input for integer: "\ufeff1"); we drop it
         "utf8-bom-without-header",
         _lines("\ufeff1,a,1,,", "2,b,2,,"),
-        line=1,
-        column="id",
-        value="\ufeff1",
+        reference=lambda data: data.removeprefix(b"\xef\xbb\xbf"),
     ),
     Case(
         "invalid-utf8-deep-in-file",
@@ -830,7 +831,9 @@ def test_bad_input_matches_plain_copy(db, driver, pg_dsn, tmp_path, case):
     dsn = make_conninfo(pg_dsn, options=case.dsn_options) if case.dsn_options else pg_dsn
 
     with psycopg.connect(dsn, autocommit=True) as ref_conn:
-        truth = plain_copy(ref_conn, db, case, copy_bytes)
+        truth = plain_copy(
+            ref_conn, db, case, case.reference(copy_bytes) if case.reference else copy_bytes
+        )
 
     if case.min_pieces:
         opts = CopyOptions(**case.options)

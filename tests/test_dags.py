@@ -43,6 +43,7 @@ def test_example_dags_import_without_errors(dagbag):
         "example_pg_bulk_replace_many_csv",
         "example_pg_bulk_append_one_big_file",
         "pg_bulk_smart_meter",
+        "example_pg_bulk_upsert_daily",
     }
     dag = dagbag.get_dag("example_pg_bulk_replace_many_csv")
     assert {t.task_id for t in dag.tasks} == {
@@ -96,6 +97,43 @@ def test_append_one_big_file_example_runs(dagbag, example_conn, tmp_path):
     assert run.state == "success", states
     assert states[("report", -1)] == "success"
     assert db.checksum("items") == expected
+    assert leftovers(db) == []
+
+
+def test_upsert_daily_example_runs(dagbag, example_conn, tmp_path):
+    """The run of 5 March merges the files of changes/2026-03-05 (not those of another day):
+    keys repeated across the day's files take the row of the later file."""
+    import pendulum
+
+    db = example_conn
+    create_items(db)
+    db.run(
+        f"INSERT INTO {db.schema}.items SELECT n, 'old ' || n, n, '2026-01-01', NULL"
+        " FROM generate_series(1, 100) n"
+    )
+    day = tmp_path / "2026-03-05"
+    day.mkdir()
+    write_csv(day / "a.csv", [(n, f"a {n}", n, "2026-03-05", None) for n in range(90, 131)],
+              header=HEADER)  # fmt: skip
+    write_csv(day / "b.csv", [(n, f"b {n}", n, "2026-03-05", "x") for n in range(125, 141)],
+              header=HEADER)  # fmt: skip
+    (tmp_path / "2026-03-04").mkdir()
+    write_csv(tmp_path / "2026-03-04" / "a.csv", [(1, "other day", 1, None, None)], header=HEADER)
+
+    dag = dagbag.get_dag("example_pg_bulk_upsert_daily")
+    run = dag.test(
+        logical_date=pendulum.datetime(2026, 3, 5, tz="UTC"),
+        run_conf={"table": db.table("items"), "changes": str(tmp_path)},
+    )
+    states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+
+    assert run.state == "success", states
+    assert states[("report", -1)] == "success"
+    names = dict(db.run(f"SELECT id, name FROM {db.schema}.items"))
+    assert len(names) == 140
+    assert names[1] == "old 1" and names[89] == "old 89"  # not in the day's changes
+    assert names[90] == "a 90" and names[100] == "a 100"  # updated
+    assert names[124] == "a 124" and names[125] == "b 125" and names[140] == "b 140"
     assert leftovers(db) == []
 
 

@@ -19,7 +19,12 @@ from psycopg import sql
 
 from airflow_pg_bulk import objects, runner, sources, steps
 from airflow_pg_bulk.driver import connect as open_connection
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import (
+    BadDataError,
+    ConstraintViolationError,
+    LoadRefusedError,
+    TransientLoadError,
+)
 from airflow_pg_bulk.objects import SourceChangedError
 from airflow_pg_bulk.plan import request_from_options
 
@@ -328,3 +333,23 @@ def test_rejected_rows_of_an_object_are_recorded(db, s3_env):
         sql.SQL("SELECT line, source_file FROM {}").format(db.ident("pgbulk_rejects"))
     )[0]
     assert (line, source) == (3, url)
+
+
+def test_a_byte_order_mark_loads_and_a_broken_key_names_the_object_and_line(db, s3_env):
+    create_items(db)
+    bucket = s3_env.bucket()
+    _upload(s3_env, bucket, "bom/a.csv", b"\xef\xbb\xbf1,a,1.00,,\n2,b,2.00,,\n")
+    _upload(s3_env, bucket, "bom/b.csv.gz", gzip.compress(b"\xef\xbb\xbf3,c,1.00,,\n4,d,,,\n"))
+
+    summary = runner.load(db.dsn, db.table("items"), f"s3://{bucket}/bom/*", mode="replace")
+
+    assert summary.rows == 4
+    assert [r[0] for r in db.run(f"SELECT id FROM {db.schema}.items ORDER BY id")] == [1, 2, 3, 4]
+    before = db.checksum("items")
+    url = _upload(s3_env, bucket, "again.csv", b"5,e,1.00,,\n3,again,1.00,,\n")
+
+    with pytest.raises(ConstraintViolationError) as failed:
+        runner.load(db.dsn, db.table("items"), url, mode="append", strategy="in_place")
+
+    assert f"{url} line 2, whose key is already in the target" in str(failed.value)
+    assert db.checksum("items") == before

@@ -65,3 +65,21 @@ def test_an_index_keeps_the_servers_text_after_using() -> None:
 
 def test_the_ledger_statements_take_literals() -> None:
     assert "VALUES (3" in text(sql.claim_partition("s", "l", 3)).replace("\n", " ")
+
+
+def test_replay_queries_compose_names_and_operators() -> None:
+    pair = sql.replay_conflicting_pair(["sp an"], [("pg_catalog", "&&")], after=7, same=["id"])
+    assert text(pair) == (
+        'SELECT a."pgbulk_row", b."pgbulk_row" FROM "pg_temp"."pgbulk_replay" a JOIN'
+        ' "pg_temp"."pgbulk_replay" b ON a."pgbulk_row" < b."pgbulk_row" AND'
+        ' "a"."sp an" OPERATOR("pg_catalog".&&) "b"."sp an" AND ("a"."id") IS DISTINCT FROM'
+        ' ("b"."id") WHERE b."pgbulk_row" > 7 ORDER BY b."pgbulk_row", a."pgbulk_row" LIMIT 1'
+    )
+    found = sql.replay_failing(sql.unreferenced(["p"], "s", "parents", ["id"]), after=0)
+    assert text(found) == (
+        'SELECT r."pgbulk_row" FROM "pg_temp"."pgbulk_replay" r WHERE r."pgbulk_row" > 0 AND'
+        ' (r."p" IS NOT NULL AND NOT EXISTS (SELECT 1 FROM "s"."parents" p WHERE'
+        ' p."id" = r."p")) ORDER BY r."pgbulk_row" LIMIT 1'
+    )
+    with pytest.raises(ValueError, match="operator"):
+        sql.replay_conflicting_pair(["a"], [("s", "&&); DROP TABLE x; --")], after=0)

@@ -7,7 +7,7 @@ import dataclasses
 import psycopg.errors
 import pytest
 
-from airflow_pg_bulk import translate
+from airflow_pg_bulk import offenders, translate
 from airflow_pg_bulk.driver import ServerError, is_connection_lost, server_error
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
@@ -93,6 +93,40 @@ def test_a_unique_violation_keeps_the_targets_names() -> None:
     assert '"readings_pkey"' in str(error) and "(readings_pkey)" in str(error)
     assert "_pgbulk_" not in str(error)
     assert str(error).endswith("Key (id)=(1) is duplicated. The target is unchanged")
+
+
+@pytest.mark.parametrize(
+    ("found", "words"),
+    [
+        (
+            offenders.Found(rows=(("/d/a.csv", 3), ("/d/b.csv", 7))),
+            "; found at /d/a.csv line 3 and /d/b.csv line 7. The target is unchanged",
+        ),
+        (
+            offenders.Found(rows=(("/d/b.csv", 7),), in_target=True),
+            "; found at /d/b.csv line 7, whose key is already in the target. The target is"
+            " unchanged",
+        ),
+        (
+            offenders.Found(files=tuple(f"/d/{n}.csv" for n in range(7))),
+            "; the offending rows came from /d/0.csv, /d/1.csv, /d/2.csv, /d/3.csv, /d/4.csv"
+            " and 2 more files. The target is unchanged",
+        ),
+    ],
+)
+def test_a_constraint_violation_names_the_rows_found(found, words) -> None:
+    p = plan()
+    exc = driver_error(
+        psycopg.errors.UniqueViolation,
+        message_primary="duplicate key value violates unique constraint",
+        constraint_name="readings_pkey",
+        message_detail="Key (id)=(1) already exists.",
+    )
+    error = translate.finalize_error(exc, p, found)
+    assert isinstance(error, ConstraintViolationError) and error.sqlstate == "23505"
+    assert str(error).endswith(words)
+    assert error.rows == found.rows and error.in_target == found.in_target
+    assert (error.path, error.line) == (found.rows[0] if found.rows else (None, None))
 
 
 def test_a_unique_violation_on_a_system_catalog_index_is_a_race() -> None:

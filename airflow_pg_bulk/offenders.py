@@ -1,0 +1,199 @@
+"""Find the source file and line of a row that breaks a constraint of the target.
+
+A constraint found broken in finalize (a duplicate key, a foreign key, NOT NULL, CHECK, an
+exclusion) names the constraint and the key, but staging does not keep where its rows came
+from: recording it for every row would slow every COPY (the upsert's source order column cost
+1.23-1.67x in COPY time). So nothing is recorded on the happy path, and only when finalize
+fails on a constraint, :func:`locate` reads the source again:
+
+1. the constraint is read from the catalog (its key columns, referenced table, exclusion
+   operators or CHECK expression);
+2. the load's pieces are COPYed again, in order, into a TEMP table of the loaded columns with a
+   ``bigserial`` that numbers the rows as COPY reads them (row = piece + record in it);
+3. after each piece, one query looks for an offending row among the rows read so far: two
+   loaded rows with the same key (or conflicting under an exclusion's operators), a loaded row
+   whose key is in the target already (append, upsert), a foreign key with no referenced row,
+   a NULL, a CHECK expression that is false;
+4. the first row found is mapped to its file and physical line (:func:`sources.locate`, as a
+   COPY error is), and the replay stops there.
+
+Cost: at most one more read of the source, through one COPY session, with no index and no
+constraint, plus one query per piece; it stops at the piece holding the first offending row,
+and after :data:`BUDGET_SECONDS` whatever is left. It runs after finalize rolled back, in a
+transaction of its own that is rolled back too (the temporary table goes with it): the
+target is never touched. When a row cannot be found (an expression index, a constraint on a
+column that is not loaded, a stream that cannot be read twice, rows ``on_error="reject"`` set
+aside, which stop the second reading), the error names the load's files instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import time
+from typing import Any
+
+from airflow_pg_bulk import naming, sources, sql
+from airflow_pg_bulk.driver import ServerError, copy_in, execute, rollback_quietly
+from airflow_pg_bulk.plan import LoadPlan, Piece
+
+log = logging.getLogger(__name__)
+
+BUDGET_SECONDS = 300.0  # the replay stops reading the source after this long
+FILES_SHOWN = 5
+_NOT_NULL_COLUMN = re.compile(r'null value in column "((?:[^"]|"")+)"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Found:
+    """Where the offending rows of a broken constraint are.
+
+    :param rows: (file, line) of each offending row found: two for a duplicate key (or an
+        exclusion conflict) whose rows both came from the load, else one.
+    :param in_target: the other row of the conflict is one the target already holds.
+    :param files: when no row was found, the files the offending rows came from.
+    """
+
+    rows: tuple[tuple[str, int], ...] = ()
+    in_target: bool = False
+    files: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        """The words the error adds, e.g. ``found at /d/a.csv line 3 and /d/b.csv line 7``."""
+        if not self.rows:
+            shown = ", ".join(self.files[:FILES_SHOWN])
+            more = len(self.files) - FILES_SHOWN
+            return f"the offending rows came from {shown}" + (
+                f" and {more} more files" if more > 0 else ""
+            )
+        where = " and ".join(f"{path} line {line}" for path, line in self.rows)
+        if self.in_target:
+            return f"found at {where}, whose key is already in the target"
+        return f"found at {where}"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Check:
+    """One query shape: ``pair`` (two replayed rows), ``target`` or ``single`` (one row)."""
+
+    shape: str
+    build: Any  # (after: int) -> Composed
+
+
+def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
+    """The file and line of a row that breaks the constraint ``err`` names (see the module's
+    docstring); never raises (a failure to look is logged and the files are named). None: the
+    constraint is not the target's (a key of a table referencing it, re-added by the swap,
+    that the new rows no longer satisfy): no loaded row breaks it."""
+    files = tuple(dict.fromkeys(p.path for part in plan.partitions for p in part.pieces))
+    try:
+        checks = _checks(conn, plan, err)
+        conn.rollback()
+        if checks is None:
+            return None
+        if checks:
+            found = _replay(conn, plan, checks)
+            if found is not None:
+                return found
+    except Exception:
+        log.warning("could not find the rows that break the constraint", exc_info=True)
+    finally:
+        rollback_quietly(conn)
+    return Found(files=files)
+
+
+def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
+    """The queries that find an offending row of the constraint ``err`` names; [] when none
+    can; None when it is no constraint of the target."""
+    t = plan.target
+    if err.sqlstate == "23502":
+        match = _NOT_NULL_COLUMN.search(err.message)
+        column = match.group(1).replace('""', '"') if match else None
+        if column not in plan.columns:
+            return []
+        return [_failing(sql.is_null(column))]
+    if not err.constraint:
+        return None
+    name = naming.original_names(plan, err.constraint)
+    found = execute(conn, sql.violated_constraint(t.oid, name))
+    if not found:
+        return None
+    kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression = found[0]
+    key = list(key)
+    if kind == "c":
+        return [_failing(sql.check_fails(expression))]
+    if not key or not set(key) <= set(plan.columns):
+        return []
+    if kind == "f":
+        # a key of the table to itself (append and upsert in place: a replace or a rebuild
+        # refuses one) is matched by the target's rows and by the loaded ones, all in staging
+        to_itself = (ref_schema, ref_table) == (t.schema, t.table)
+        also = (t.schema, plan.staging_table) if to_itself else None
+        return [_failing(sql.unreferenced(key, ref_schema, ref_table, list(ref_key), also=also))]
+    if kind not in ("p", "u", "i", "x"):
+        return []
+    ops: list[tuple[str, str] | None] = (
+        list(zip(op_schemas, op_names, strict=True)) if kind == "x" else [None] * len(key)
+    )
+    same: list[str] = []
+    if plan.mode == "upsert" and plan.upsert is not None:
+        same = list(plan.upsert.key)
+        if kind != "x" and set(key) == set(same):
+            return []  # the upsert's own key: a repeated key is an update, never a violation
+    checks = [
+        _Check("pair", lambda after: sql.replay_conflicting_pair(key, ops, after=after, same=same))
+    ]
+    if plan.mode != "replace":
+        target = sql.conflicts_with_target(t.schema, t.table, key, ops, same=same)
+        checks.append(dataclasses.replace(_failing(target), shape="target"))
+    return checks
+
+
+def _failing(condition: sql.Composable) -> _Check:
+    return _Check("single", lambda after: sql.replay_failing(condition, after=after))
+
+
+def _pieces(plan: LoadPlan) -> list[Piece]:
+    """The load's pieces in source order (an upsert numbers them), else by file name, then
+    byte order: the earlier row of a pair is named first."""
+    pieces = [p for part in plan.partitions for p in part.pieces]
+    if plan.upsert is not None:
+        return sorted(pieces, key=lambda p: p.ordinal)
+    return sorted(pieces, key=lambda p: (p.path, p.start))
+
+
+def _replay(conn: Any, plan: LoadPlan, checks: list[_Check]) -> Found | None:
+    """COPY the pieces again into a numbered TEMP table until a check finds a row."""
+    t = plan.target
+    for statement in sql.create_replay_table(t.schema, t.table, plan.columns):
+        execute(conn, statement)
+    copy = sql.copy_from_stdin("pg_temp", sql.REPLAY_TABLE, plan.columns, plan.copy)
+    read: list[tuple[Piece, int]] = []  # each piece read, with the rows before it
+    total = 0
+    started = time.monotonic()
+    for piece in _pieces(plan):
+        if sources.is_stream(piece.path):
+            continue  # read once, by the COPY task
+        if time.monotonic() - started > BUDGET_SECONDS:
+            log.warning("stopped looking for the offending row after %.0f s", BUDGET_SECONDS)
+            return None
+        loaded = copy_in(conn, copy, sources.piece_chunks(piece, plan.copy))
+        read.append((piece, total))
+        before, total = total, total + loaded
+        for check in checks:
+            hit = execute(conn, check.build(before))
+            if hit:
+                rows = [n for n in hit[0] if n is not None]
+                return Found(
+                    rows=tuple(_line(plan, read, n) for n in rows),
+                    in_target=check.shape == "target",
+                )
+    return None
+
+
+def _line(plan: LoadPlan, read: list[tuple[Piece, int]], row: int) -> tuple[str, int]:
+    """The file and first physical line of replayed row number ``row``."""
+    piece, before = next((p, b) for p, b in reversed(read) if b < row)
+    first, _last = sources.locate(piece, row - before, plan.copy)
+    return piece.path, first
