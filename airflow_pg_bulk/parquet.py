@@ -35,6 +35,7 @@ pyarrow is an optional dependency: ``pip install airflow-pg-bulk[parquet]``.
 from __future__ import annotations
 
 import io
+import itertools
 import logging
 import os
 import time
@@ -268,14 +269,18 @@ def _piece(source: ParquetSource, run: Sequence[RowGroup]) -> Piece:
 
 @dataclass(frozen=True)
 class _Sent:
-    """Rows sent to COPY in one batch: record ``first`` (1-based, in this COPY) onwards is row
-    ``row`` of row group ``group``, row ``file_row`` of the file."""
+    """One batch sent to COPY: batch ``batch`` of row group ``group``, whose first row is row
+    ``row`` of the group and ``file_row`` of the file; it holds ``rows`` rows on COPY's lines
+    ``line`` (1-based, in this COPY) to ``line + lines - 1`` (COPY counts the line breaks
+    inside quoted strings too)."""
 
     group: int
+    batch: int
     row: int
     file_row: int
-    first: int
     rows: int
+    line: int
+    lines: int
 
 
 def copy_piece(
@@ -309,7 +314,7 @@ def copy_piece(
         try:
             loaded = copy_in(conn, statement, chunks)
         except Exception as exc:
-            raise _copy_error(exc, plan, piece, sent) from exc
+            raise _copy_error(exc, plan, piece, sent, parquet_file, names) from exc
     rows = sum(s.rows for s in sent)
     if loaded != rows:
         raise BadDataError(
@@ -386,18 +391,18 @@ def _encoded(
     before = [0]
     for i in range(metadata.num_row_groups):
         before.append(before[-1] + metadata.row_group(i).num_rows)
-    record = 1
+    line = 1
     read = 0
     last = time.monotonic()
     for group in piece.row_groups:
         row = 0
-        for batch in parquet_file.iter_batches(
-            batch_size=BATCH_ROWS, row_groups=[group], columns=list(names), use_threads=False
-        ):
-            sent.append(_Sent(group, row, before[group] + row, record, batch.num_rows))
-            yield encode(batch, names, piece.path, group, row)
+        for n, batch in enumerate(_batches(parquet_file, group, names)):
+            arrays = text_arrays(batch, names)
+            lines = batch.num_rows + _newlines(arrays)
+            sent.append(_Sent(group, n, row, before[group] + row, batch.num_rows, line, lines))
+            yield encode(arrays, names, piece.path, group, row)
             row += batch.num_rows
-            record += batch.num_rows
+            line += lines
         read += _row_group(metadata, group).end - _row_group(metadata, group).start
         now = time.monotonic()
         if progress and now - last >= PROGRESS_SECONDS:
@@ -405,13 +410,46 @@ def _encoded(
             progress(done + read, expected)
 
 
-def encode(batch: Any, names: Sequence[str], path: str = "", group: int = 0, row: int = 0) -> bytes:
-    """A record batch as COPY CSV rows (no header), its columns in ``names`` order.
+def _batches(parquet_file: Any, group: int, names: Sequence[str]) -> Iterator[Any]:
+    """A row group's rows in batches of at most :data:`BATCH_ROWS` rows."""
+    return parquet_file.iter_batches(
+        batch_size=BATCH_ROWS, row_groups=[group], columns=list(names), use_threads=False
+    )
+
+
+def text_arrays(batch: Any, names: Sequence[str]) -> list[Any]:
+    """A record batch's columns, in ``names`` order, as the CSV writer writes them exactly."""
+    return [_as_text_ready(batch.column(name)) for name in names]
+
+
+def _newline_counts(arrays: Sequence[Any]) -> Any:
+    """Per row, the line breaks inside its strings (as COPY counts lines: ``\\n``)."""
+    pa, _pq, _csv = pyarrow_modules()
+    import pyarrow.compute as pc
+
+    total = pa.array([0] * len(arrays[0]), pa.int64()) if arrays else pa.array([], pa.int64())
+    for array in arrays:
+        if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
+            counts = pc.fill_null(pc.count_substring(array, "\n"), 0).cast(pa.int64())
+            total = pc.add(total, counts)
+    return total
+
+
+def _newlines(arrays: Sequence[Any]) -> int:
+    """The line breaks inside the strings of a batch."""
+    import pyarrow.compute as pc
+
+    return int(pc.sum(_newline_counts(arrays)).as_py() or 0)
+
+
+def encode(
+    arrays: Sequence[Any], names: Sequence[str], path: str = "", group: int = 0, row: int = 0
+) -> bytes:
+    """Columns (:func:`text_arrays`) as COPY CSV rows (no header).
 
     :param path: the file, ``group`` and ``row`` where the batch starts: for the message of a
         value the writer cannot encode."""
     pa, _pq, csv = pyarrow_modules()
-    arrays = [_as_text_ready(batch.column(name)) for name in names]
     out = io.BytesIO()
     options = csv.WriteOptions(include_header=False, quoting_style="needed")
     try:
@@ -459,20 +497,39 @@ def _encode_error(
     )
 
 
-def _copy_error(exc: Exception, plan: LoadPlan, piece: Piece, sent: Sequence[_Sent]) -> Exception:
+def _copy_error(
+    exc: Exception,
+    plan: LoadPlan,
+    piece: Piece,
+    sent: Sequence[_Sent],
+    parquet_file: Any,
+    names: Sequence[str],
+) -> Exception:
     """A data error named by file, row group, row and column; anything else as any COPY's."""
     if not is_database_error(exc):
         return exc
     err = server_error(exc)
     if not is_data_sqlstate(err.sqlstate):
         return translate.copy_error(exc, plan, piece)
-    record, column, quoted = parse_copy_context(err.context)
+    line, column, quoted = parse_copy_context(err.context)
     where = piece.path
-    batch = next((s for s in sent if record and s.first <= record < s.first + s.rows), None)
+    batch = next((s for s in sent if line and s.line <= line < s.line + s.lines), None)
     if batch is not None:
-        offset = record - batch.first
+        offset = _row_at(parquet_file, names, batch, line)
         where += (
             f" row group {batch.group}, row {batch.row + offset} "
             f"(row {batch.file_row + offset} of the file; both counted from 0)"
         )
     return translate.bad_value(err, plan, piece.path, where, column, quoted)
+
+
+def _row_at(parquet_file: Any, names: Sequence[str], sent: _Sent, line: int) -> int:
+    """Which row of a batch sent is on COPY's ``line``: the batch is read again and its
+    strings' line breaks counted (none: the row is the line's offset)."""
+    if sent.lines == sent.rows:
+        return line - sent.line
+    batch = next(itertools.islice(_batches(parquet_file, sent.group, names), sent.batch, None))
+    ends = itertools.accumulate(
+        1 + n for n in _newline_counts(text_arrays(batch, names)).to_pylist()
+    )
+    return next(k for k, end in enumerate(ends) if sent.line + end > line)
