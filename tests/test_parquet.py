@@ -200,7 +200,7 @@ def test_a_nested_column_is_refused_naming_file_and_column(db, tmp_path):
     assert "nested types" in str(refused.value)
 
 
-def test_a_value_that_cannot_convert_names_file_row_group_row_and_column(db, tmp_path):
+def test_a_value_that_cannot_convert_names_file_row_group_row_and_column(db, driver, tmp_path):
     rows = _rows(100)
     rows[57]["small"] = 2**40  # int64 in the file; out of range for the integer column
     schema = _schema().set(9, pa.field("small", pa.int64()))
@@ -210,13 +210,59 @@ def test_a_value_that_cannot_convert_names_file_row_group_row_and_column(db, tmp
 
     with pytest.raises(BadDataError) as failed:
         runner.load(db.dsn, db.table("target"), str(path), mode="replace", format="parquet",
-                    partitions=2)  # fmt: skip
+                    partitions=2, driver=driver)  # fmt: skip
 
     message = str(failed.value)
     assert f"{path} row group 2, row 17 (row 57 of the file" in message, message
     assert "column small" in message and str(2**40) in message
     assert failed.value.path == str(path) and failed.value.column == "small"
     assert db.checksum("target")[0] == 1 and leftovers(db) == []
+
+
+def test_upsert_latest_row_in_source_order_wins_across_files_and_row_groups(db, tmp_path):
+    first, second = _rows(120), _rows(60, start=90)  # ids 90..119 in both files
+    for row in second:
+        row["name"] = f"second {row['id']}"
+    _write(tmp_path / "a.parquet", first, row_group_size=25)
+    _write(tmp_path / "b.parquet", second, row_group_size=25)
+    _create(db, "target")
+    by_id = {r["id"]: r for r in first} | {r["id"]: r for r in second}
+    expected = _reference(db, [by_id[i] for i in sorted(by_id)])
+
+    summary = runner.load(db.dsn, db.table("target"), str(tmp_path / "*.parquet"),
+                          mode="upsert", format="parquet", partitions=3)  # fmt: skip
+
+    assert summary.rows == 180 and db.checksum("target") == expected
+
+
+def test_memory_stays_at_about_a_row_group(db, tmp_path, monkeypatch):
+    """Arrow's allocations while a file of 12 row groups loads stay at a few row groups'
+    worth of decoded data, the same for the last group as for the first (the whole file
+    decoded would be 12)."""
+    from airflow_pg_bulk import parquet
+
+    text = "x" * 200
+    rows = [{"id": i, "name": f"{text}{i}"} for i in range(12 * 4000)]
+    schema = pa.schema([("id", pa.int64()), ("name", pa.string())])
+    path = _write(tmp_path / "a.parquet", rows, row_group_size=4000, schema=schema)
+    group_bytes = pa.Table.from_pylist(rows[:4000], schema=schema).nbytes
+    _create(db, "target")
+    peaks: list[int] = []
+    encode = parquet.encode
+
+    def measured(*args: Any, **kwargs: Any) -> bytes:
+        peaks.append(pa.total_allocated_bytes())
+        return encode(*args, **kwargs)
+
+    monkeypatch.setattr(parquet, "encode", measured)
+    runner.load(db.dsn, db.table("target"), str(path), mode="replace", format="parquet",
+                partitions=1)  # fmt: skip
+
+    assert len(peaks) == 12 and db.checksum("target")[0] == 12 * 4000
+    # Arrow's readers and buffers hold about two row groups' worth here, whichever group is
+    # encoded: nothing grows with the groups read
+    assert max(peaks) < 4 * group_bytes, (peaks, group_bytes)
+    assert max(peaks) - peaks[0] < group_bytes / 4, (peaks, group_bytes)
 
 
 def test_a_file_changed_after_prepare_fails_its_partition(db, tmp_path):

@@ -65,3 +65,10 @@ def test_missing_pyarrow_names_the_extra(monkeypatch):
     with pytest.raises(LoadRefusedError) as refused:
         parquet.pyarrow_modules()
     assert "airflow-pg-bulk[parquet]" in str(refused.value)
+
+
+def test_a_parquet_piece_round_trips_as_plain_data():
+    from airflow_pg_bulk.plan import Piece
+
+    piece = Piece("s3://b/a.parquet", 4, 9000, conn_id="c", source_size=9100, row_groups=(3, 4))
+    assert Piece.from_dict(piece.to_dict()) == piece and piece.size == 8996
