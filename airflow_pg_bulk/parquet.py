@@ -422,24 +422,28 @@ def text_arrays(batch: Any, names: Sequence[str]) -> list[Any]:
     return [_as_text_ready(batch.column(name)) for name in names]
 
 
-def _newline_counts(arrays: Sequence[Any]) -> Any:
-    """Per row, the line breaks inside its strings (as COPY counts lines: ``\\n``)."""
+def _strings(arrays: Sequence[Any]) -> list[Any]:
+    """The string columns (the only ones whose text can hold a line break)."""
     pa, _pq, _csv = pyarrow_modules()
+    return [a for a in arrays if pa.types.is_string(a.type) or pa.types.is_large_string(a.type)]
+
+
+def _newline_counts(arrays: Sequence[Any]) -> list[int]:
+    """Per row, the line breaks inside its strings (COPY counts them as lines)."""
     import pyarrow.compute as pc
 
-    total = pa.array([0] * len(arrays[0]), pa.int64()) if arrays else pa.array([], pa.int64())
-    for array in arrays:
-        if pa.types.is_string(array.type) or pa.types.is_large_string(array.type):
-            counts = pc.fill_null(pc.count_substring(array, "\n"), 0).cast(pa.int64())
-            total = pc.add(total, counts)
-    return total
+    counts = [0] * (len(arrays[0]) if arrays else 0)
+    for array in _strings(arrays):
+        found = pc.fill_null(pc.count_substring(array, "\n"), 0).to_pylist()
+        counts = [a + b for a, b in zip(counts, found, strict=True)]
+    return counts
 
 
 def _newlines(arrays: Sequence[Any]) -> int:
     """The line breaks inside the strings of a batch."""
     import pyarrow.compute as pc
 
-    return int(pc.sum(_newline_counts(arrays)).as_py() or 0)
+    return sum(int(pc.sum(pc.count_substring(a, "\n")).as_py() or 0) for a in _strings(arrays))
 
 
 def encode(
@@ -529,7 +533,5 @@ def _row_at(parquet_file: Any, names: Sequence[str], sent: _Sent, line: int) -> 
     if sent.lines == sent.rows:
         return line - sent.line
     batch = next(itertools.islice(_batches(parquet_file, sent.group, names), sent.batch, None))
-    ends = itertools.accumulate(
-        1 + n for n in _newline_counts(text_arrays(batch, names)).to_pylist()
-    )
+    ends = itertools.accumulate(1 + n for n in _newline_counts(text_arrays(batch, names)))
     return next(k for k, end in enumerate(ends) if sent.line + end > line)
