@@ -396,7 +396,9 @@ def _encoded(
     last = time.monotonic()
     for group in piece.row_groups:
         row = 0
-        for n, batch in enumerate(_batches(parquet_file, group, names)):
+        for n, batch in enumerate(
+            _damage_named(_batches(parquet_file, group, names), piece, group)
+        ):
             arrays = text_arrays(batch, names)
             lines = batch.num_rows + _newlines(arrays)
             sent.append(_Sent(group, n, row, before[group] + row, batch.num_rows, line, lines))
@@ -408,6 +410,22 @@ def _encoded(
         if progress and now - last >= PROGRESS_SECONDS:
             last = now
             progress(done + read, expected)
+
+
+def _damage_named(batches: Iterator[Any], piece: Piece, group: int) -> Iterator[Any]:
+    """The batches of a row group; one that Arrow finds damaged (a page header or page it
+    cannot decode: Arrow raises ArrowInvalid or a plain OSError) names the file and the row
+    group: terminal, as bad data is."""
+    pa, _pq, _csv = pyarrow_modules()
+    try:
+        yield from batches
+    except (pa.ArrowInvalid, OSError) as exc:
+        if isinstance(exc, OSError) and type(exc) is not OSError:
+            raise  # a reader's own error (a lost connection, an expired ETag): not Arrow's
+        raise BadDataError(
+            f"{piece.path} row group {group}: cannot read it ({exc}); the file is damaged",
+            path=piece.path,
+        ) from exc
 
 
 def _batches(parquet_file: Any, group: int, names: Sequence[str]) -> Iterator[Any]:

@@ -265,6 +265,22 @@ def test_memory_stays_at_about_a_row_group(db, tmp_path, monkeypatch):
     assert max(peaks) - peaks[0] < group_bytes / 4, (peaks, group_bytes)
 
 
+def test_a_damaged_row_group_names_file_and_row_group(db, tmp_path):
+    path = _write(tmp_path / "a.parquet", _rows(100), row_group_size=25)
+    chunk = pq.ParquetFile(path).metadata.row_group(2).column(1)  # name: a dictionary page
+    data = bytearray(path.read_bytes())
+    for k in range(chunk.data_page_offset, chunk.data_page_offset + 16):
+        data[k] ^= 0xFF  # the page header: same size, same footer
+    path.write_bytes(bytes(data))
+    _create(db, "target")
+
+    with pytest.raises(BadDataError) as failed:
+        runner.load(db.dsn, db.table("target"), str(path), mode="replace", format="parquet")
+
+    assert f"{path} row group 2: cannot read it" in str(failed.value)
+    assert db.checksum("target")[0] == 0 and leftovers(db) == []
+
+
 def test_a_file_changed_after_prepare_fails_its_partition(db, tmp_path):
     path = _write(tmp_path / "a.parquet", _rows(100), row_group_size=30)
     _create(db, "target")
