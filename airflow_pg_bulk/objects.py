@@ -313,18 +313,24 @@ def content_chunks(
 
 @contextmanager
 def open_checked(
-    url: str, conn_id: str | None, size: int | None, etag: str | None, block_size: int = BLOCK_SIZE
+    url: str,
+    conn_id: str | None,
+    size: int | None,
+    etag: str | None,
+    block_size: int | None = None,
 ) -> Iterator[IO[bytes]]:
     """The object opened for random access (range requests of ``block_size``), as a Parquet
     reader needs it; checked as :func:`content_chunks` checks it: size and ETag against what
     prepare listed before the first read, every S3 range request conditional on the ETag,
-    and looked up again when the caller is done. Failures are translated the same way."""
+    and looked up again when the caller is done. Failures are translated the same way.
+    ``block_size``: default :data:`BLOCK_SIZE`."""
     with _read_errors(url, conn_id, etag):
         where = _path(url, conn_id)
         fs, key = where.fs, where.key
         fs.invalidate_cache(key)
         _check_unchanged(url, fs.info(key), size, etag)
-        with fs.open(key, "rb", block_size=block_size, cache_type="readahead") as raw:
+        block = block_size or BLOCK_SIZE
+        with fs.open(key, "rb", block_size=block, cache_type="readahead") as raw:
             details = getattr(raw, "details", None)
             if isinstance(details, dict):
                 _check_unchanged(url, details, size, etag)

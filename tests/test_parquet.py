@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,19 @@ def _reference(db: Any, rows: list[dict[str, Any]], name: str = "reference") -> 
     return db.checksum(name)
 
 
+@contextmanager
+def _prepared(db: Any, source: str, **options: Any) -> Iterator[tuple[Any, Any]]:
+    """``(connection, plan)`` of a prepared Parquet load into ``target``; cleaned up after."""
+    conn = open_connection(db.dsn, "psycopg")
+    request = request_from_options(db.table("target"), source, format="parquet", **options)
+    load_id = uuid.uuid4().hex[:12]
+    try:
+        yield conn, steps.prepare(conn, request, load_id)
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+
+
 def test_every_type_round_trips_exactly_over_many_row_groups_and_partitions(db, driver, tmp_path):
     rows = _rows(360)
     _write(tmp_path / "a.parquet", rows[:200])
@@ -130,14 +145,7 @@ def test_every_type_round_trips_exactly_over_many_row_groups_and_partitions(db, 
 def test_row_groups_are_cut_into_pieces_packed_into_partitions(db, tmp_path):
     _write(tmp_path / "a.parquet", _rows(300), row_group_size=20)  # 15 row groups
     _create(db, "target")
-    conn = open_connection(db.dsn, "psycopg")
-    request = request_from_options(
-        db.table("target"), str(tmp_path / "a.parquet"), mode="append", format="parquet",
-        partitions=3,
-    )  # fmt: skip
-    load_id = uuid.uuid4().hex[:12]
-    try:
-        plan = steps.prepare(conn, request, load_id)
+    with _prepared(db, str(tmp_path / "a.parquet"), mode="append", partitions=3) as (conn, plan):
         pieces = [p for part in plan.partitions for p in part.pieces]
         groups = sorted(g for p in pieces for g in p.row_groups)
         assert len(plan.partitions) == 3 and groups == list(range(15))
@@ -149,9 +157,6 @@ def test_row_groups_are_cut_into_pieces_packed_into_partitions(db, tmp_path):
         results = [steps.copy_partition(conn, plan, part.index) for part in plan.partitions]
         assert sum(r.rows for r in results) == 300
         steps.finalize(conn, plan)
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
     assert db.checksum("target")[0] == 300
 
 
@@ -284,19 +289,11 @@ def test_a_damaged_row_group_names_file_and_row_group(db, tmp_path):
 def test_a_file_changed_after_prepare_fails_its_partition(db, tmp_path):
     path = _write(tmp_path / "a.parquet", _rows(100), row_group_size=30)
     _create(db, "target")
-    conn = open_connection(db.dsn, "psycopg")
-    request = request_from_options(db.table("target"), str(path), mode="replace",
-                                   format="parquet")  # fmt: skip
-    load_id = uuid.uuid4().hex[:12]
-    try:
-        plan = steps.prepare(conn, request, load_id)
+    with _prepared(db, str(path), mode="replace") as (conn, plan):
         _write(path, _rows(100, start=1000), row_group_size=30)  # same shape, other rows
         with pytest.raises(SourceChangedError) as changed:
             steps.copy_partition(conn, plan, 0)
         assert str(path) in str(changed.value)
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
     assert db.checksum("target")[0] == 0
 
 
@@ -327,14 +324,8 @@ def test_an_object_replaced_after_prepare_fails_its_partition(db, s3_conn, tmp_p
     path = _write(tmp_path / "a.parquet", _rows(60))
     s3_conn.client().put_object(Bucket=bucket, Key="a.parquet", Body=path.read_bytes())
     _create(db, "target")
-    conn = open_connection(db.dsn, "psycopg")
-    request = request_from_options(
-        db.table("target"), f"s3://{bucket}/a.parquet", mode="replace", format="parquet",
-        source_conn_id=CONN_ID,
-    )  # fmt: skip
-    load_id = uuid.uuid4().hex[:12]
-    try:
-        plan = steps.prepare(conn, request, load_id)
+    url = f"s3://{bucket}/a.parquet"
+    with _prepared(db, url, mode="replace", source_conn_id=CONN_ID) as (conn, plan):
         piece = plan.partitions[0].pieces[0]
         assert piece.etag and piece.source_size == path.stat().st_size
         other = _write(tmp_path / "b.parquet", _rows(60, start=500))
@@ -342,7 +333,33 @@ def test_an_object_replaced_after_prepare_fails_its_partition(db, s3_conn, tmp_p
         with pytest.raises(SourceChangedError) as changed:
             steps.copy_partition(conn, plan, 0)
         assert f"s3://{bucket}/a.parquet" in str(changed.value)
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
+    assert db.checksum("target")[0] == 0
+
+
+def test_an_object_replaced_while_its_row_groups_are_read_fails(db, s3_conn, tmp_path, monkeypatch):
+    """Replaced between two row groups (the COPY task's progress callback runs between them):
+    the next range request, conditional on the ETag prepare recorded, fails the partition."""
+    from airflow_pg_bulk import objects, parquet
+
+    bucket = s3_conn.bucket()
+    rows = [{**r, "name": f"{r['name']}{'z' * 300}"} for r in _rows(2000)]
+    path = _write(tmp_path / "a.parquet", rows, row_group_size=250, compression="none")
+    s3_conn.client().put_object(Bucket=bucket, Key="a.parquet", Body=path.read_bytes())
+    _create(db, "target")
+    monkeypatch.setattr(objects, "BLOCK_SIZE", 64 << 10)  # a range request per 64 KiB
+    monkeypatch.setattr(parquet, "PROGRESS_SECONDS", 0.0)  # a call after every row group
+    replaced = []
+
+    def replace(done: int, expected: int) -> None:
+        if not replaced:
+            body = path.read_bytes().replace(b"zzz", b"yyy")  # same size, another ETag
+            s3_conn.client().put_object(Bucket=bucket, Key="a.parquet", Body=body)
+            replaced.append(done)
+
+    url = f"s3://{bucket}/a.parquet"
+    with _prepared(db, url, mode="replace", source_conn_id=CONN_ID) as (conn, plan):
+        with pytest.raises(SourceChangedError) as changed:
+            steps.copy_partition(conn, plan, 0, replace)
+        assert replaced and url in str(changed.value)
+        assert "replaced while it was read" in str(changed.value)
     assert db.checksum("target")[0] == 0
