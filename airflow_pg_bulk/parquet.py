@@ -40,6 +40,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -116,8 +117,10 @@ def refuse_unsupported(request: LoadRequest) -> None:
 
 
 def inspect(files: Sequence[sources.SourceFile]) -> list[ParquetSource]:
-    """Read every file's footer: its columns (checked to be loadable) and row groups."""
-    return [_inspect(file) for file in files]
+    """Read every file's footer: its columns (checked to be loadable) and row groups; up to
+    :data:`~airflow_pg_bulk.objects.LIST_THREADS` at once (an object's takes round trips)."""
+    with ThreadPoolExecutor(max_workers=min(objects.LIST_THREADS, max(1, len(files)))) as pool:
+        return list(pool.map(_inspect, files))
 
 
 def _inspect(file: sources.SourceFile) -> ParquetSource:
@@ -133,8 +136,8 @@ def _inspect(file: sources.SourceFile) -> ParquetSource:
                 parquet_file = pq.ParquetFile(raw)
                 metadata, schema = parquet_file.metadata, parquet_file.schema_arrow
         else:
-            parquet_file = pq.ParquetFile(file.path)
-            metadata, schema = parquet_file.metadata, parquet_file.schema_arrow
+            with pq.ParquetFile(file.path) as parquet_file:
+                metadata, schema = parquet_file.metadata, parquet_file.schema_arrow
     except (LoadRefusedError, PermissionError):
         raise
     except Exception as exc:  # pyarrow's ArrowInvalid (not Parquet), ArrowIOError, ...
@@ -345,9 +348,9 @@ def _opened(piece: Piece) -> Iterator[Any]:
             f"source {piece.path} changed after prepare read it (size {piece.source_size} -> "
             f"{size} bytes); nothing of this partition was committed. Run the load again"
         )
-    parquet_file = pq.ParquetFile(piece.path)
-    _check_row_groups(parquet_file, piece)
-    yield parquet_file
+    with pq.ParquetFile(piece.path) as parquet_file:
+        _check_row_groups(parquet_file, piece)
+        yield parquet_file
 
 
 def _check_row_groups(parquet_file: Any, piece: Piece) -> None:

@@ -72,3 +72,19 @@ def test_a_parquet_piece_round_trips_as_plain_data():
 
     piece = Piece("s3://b/a.parquet", 4, 9000, conn_id="c", source_size=9100, row_groups=(3, 4))
     assert Piece.from_dict(piece.to_dict()) == piece and piece.size == 8996
+
+
+def test_options_a_parquet_load_does_not_take_are_refused():
+    from airflow_pg_bulk.plan import CopyOptions, request_from_options
+
+    with pytest.raises(ValueError, match="a Parquet file names its columns"):
+        CopyOptions(format="parquet", header=True)
+    for options, words in (
+        ({"on_error": "reject"}, "on_error='reject'"),
+        ({"columns": ["a"]}, "columns="),
+    ):
+        request = request_from_options(
+            "s.t", "/x/*.parquet", mode="replace", format="parquet", **options
+        )
+        with pytest.raises(LoadRefusedError, match=words):
+            parquet.refuse_unsupported(request)
