@@ -30,6 +30,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -282,9 +283,9 @@ def content_chunks(
     (``size``, ``etag``); on S3 every range request is conditional on that ETag; after the last
     byte, the bytes read are checked against the size and the object is looked up again. Any
     difference raises :class:`SourceChangedError`."""
-    where = _path(url, conn_id)
-    fs, key = where.fs, where.key
-    try:
+    with _read_errors(url, conn_id, etag):
+        where = _path(url, conn_id)
+        fs, key = where.fs, where.key
         fs.invalidate_cache(key)
         before = fs.info(key)
         _check_unchanged(url, before, size, etag)
@@ -308,6 +309,43 @@ def content_chunks(
             )
         fs.invalidate_cache(key)
         _check_unchanged(url, fs.info(key), size, etag)
+
+
+@contextmanager
+def open_checked(
+    url: str,
+    conn_id: str | None,
+    size: int | None,
+    etag: str | None,
+    block_size: int | None = None,
+) -> Iterator[IO[bytes]]:
+    """The object opened for random access (range requests of ``block_size``), as a Parquet
+    reader needs it; checked as :func:`content_chunks` checks it: size and ETag against what
+    prepare listed before the first read, every S3 range request conditional on the ETag,
+    and looked up again when the caller is done. Failures are translated the same way.
+    ``block_size``: default :data:`BLOCK_SIZE`."""
+    with _read_errors(url, conn_id, etag):
+        where = _path(url, conn_id)
+        fs, key = where.fs, where.key
+        fs.invalidate_cache(key)
+        _check_unchanged(url, fs.info(key), size, etag)
+        block = block_size or BLOCK_SIZE
+        with fs.open(key, "rb", block_size=block, cache_type="readahead") as raw:
+            details = getattr(raw, "details", None)
+            if isinstance(details, dict):
+                _check_unchanged(url, details, size, etag)
+            yield raw
+        fs.invalidate_cache(key)
+        _check_unchanged(url, fs.info(key), size, etag)
+
+
+@contextmanager
+def _read_errors(url: str, conn_id: str | None, etag: str | None) -> Iterator[None]:
+    """Reading an object in a COPY task: a deleted or replaced object is
+    :class:`SourceChangedError`, refused credentials a refusal, a damaged gzip stream bad
+    data, any other I/O failure transient (a retry reads it again)."""
+    try:
+        yield
     except (SourceChangedError, LoadRefusedError):
         raise
     except FileNotFoundError:

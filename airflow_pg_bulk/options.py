@@ -110,8 +110,12 @@ OPTIONS: tuple[LoadOption, ...] = (
         "`AWS_ENDPOINT_URL`, …)",
         "request", templated=True,
     ),
-    LoadOption("format", str, "csv", "`csv` or `text` (PostgreSQL's text format)", "`csv`",
-               "copy", choices=("csv", "text")),
+    LoadOption(
+        "format", str, "csv",
+        "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
+        "by name, row groups split over partitions; needs `airflow-pg-bulk[parquet]`)",
+        "`csv`", "copy", choices=("csv", "text", "parquet"),
+    ),
     LoadOption(
         "header", bool, False,
         "every file starts with a header line; columns are matched to the table by name "

@@ -20,7 +20,7 @@ Mode = Literal["replace", "append", "upsert"]
 MODES: tuple[str, ...] = ("replace", "append", "upsert")
 ON_DUPLICATE_KEY: tuple[str, ...] = load_options.ON_DUPLICATE_KEY
 STRATEGIES: tuple[str, ...] = load_options.STRATEGIES
-FORMATS: tuple[str, ...] = ("csv", "text")
+FORMATS: tuple[str, ...] = ("csv", "text", "parquet")
 ON_ERROR: tuple[str, ...] = ("fail", "reject")
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
 LOAD_HISTORY_TABLE = "pgbulk_loads"  # in the target's schema: one row per finalized load
@@ -99,7 +99,8 @@ def _from_plain(hint: Any, value: Any) -> Any:
 class CopyOptions(PlainData):
     """How the source bytes are read by ``COPY ... FROM STDIN``.
 
-    :param format: ``"csv"`` or ``"text"`` (PostgreSQL's text format).
+    :param format: ``"csv"``, ``"text"`` (PostgreSQL's text format) or ``"parquet"`` (files
+        that name their columns and types themselves: see :mod:`airflow_pg_bulk.parquet`).
     :param header: the first line of every file names the columns; they are matched to the
         target's columns by name, and the header line is not loaded.
     :param delimiter: field separator; default ``,`` for csv and a tab for text.
@@ -127,6 +128,12 @@ class CopyOptions(PlainData):
                 raise ValueError(f"{name} must be a single one-byte character, not {value!r}")
         if self.format == "text" and (self.quote != '"' or self.escape is not None):
             raise ValueError("quote and escape apply to format='csv' only")
+        csv_only = (self.header, self.delimiter, self.null, self.quote, self.escape, self.encoding)
+        if self.format == "parquet" and csv_only != (False, None, None, '"', None, "UTF8"):
+            raise ValueError(
+                "header, delimiter, null, quote, escape and encoding apply to csv and text: a "
+                "Parquet file names its columns (matched to the table's by name) and types"
+            )
 
     @property
     def effective_delimiter(self) -> str:
@@ -158,6 +165,8 @@ class Piece(PlainData):
     :param conn_id: an object's Airflow connection (``source_conn_id``); None: the environment.
     :param source_size: an object's size when prepare listed it (checked before it is read).
     :param etag: an object's ETag when prepare listed it (checked before and while it is read).
+    :param row_groups: a Parquet piece's row groups (consecutive, by index in the file);
+        ``start`` and ``end`` are then the bytes they span, ``source_size`` the file's size.
     """
 
     path: str
@@ -171,6 +180,7 @@ class Piece(PlainData):
     conn_id: str | None = None
     source_size: int | None = None
     etag: str | None = None
+    row_groups: tuple[int, ...] = ()
 
     @property
     def size(self) -> int | None:

@@ -364,11 +364,27 @@ def map_header(
             )
     if first is None:
         return [], lengths
+    return match_columns(first, table_columns, opts), lengths
+
+
+def match_columns(
+    names: Sequence[str],
+    table_columns: Sequence[str],
+    opts: CopyOptions | None = None,
+    what: str = "header",
+) -> list[str]:
+    """The table's column for each of ``names`` (a header's, a Parquet file's), in their
+    order: the same name, else the one column whose name differs only in case.
+
+    :param opts: a csv or text header's COPY options (a name holding another delimiter hints
+        at it); None for a source that names its columns itself.
+    :param what: what named them, for the message (``header``, ``Parquet``).
+    :raises LoadRefusedError: a name matches no column, or two names the same column."""
     by_lower: dict[str, list[str]] = {}
     for col in table_columns:
         by_lower.setdefault(col.lower(), []).append(col)
     mapped, unknown = [], []
-    for name in first:
+    for name in names:
         if name in table_columns:
             mapped.append(name)
         elif len(by_lower.get(name.lower(), [])) == 1:
@@ -376,14 +392,15 @@ def map_header(
         else:
             unknown.append(name)
     if unknown:
+        hint = _delimiter_hint(unknown, opts) if opts is not None else ""
         raise LoadRefusedError(
-            f"header columns {unknown} match no column of the target "
-            f"(columns: {list(table_columns)}){_delimiter_hint(unknown, opts)}"
+            f"{what} columns {unknown} match no column of the target "
+            f"(columns: {list(table_columns)}){hint}"
         )
     duplicates = sorted({c for c in mapped if mapped.count(c) > 1})
     if duplicates:
-        raise LoadRefusedError(f"header names columns {duplicates} more than once")
-    return mapped, lengths
+        raise LoadRefusedError(f"{what} names columns {duplicates} more than once")
+    return mapped
 
 
 def _delimiter_hint(unknown: Sequence[str], opts: CopyOptions) -> str:

@@ -20,6 +20,7 @@ from airflow_pg_bulk import (
     fanout,
     history,
     naming,
+    parquet,
     planning,
     rebuild,
     records,
@@ -108,14 +109,21 @@ def prepare(
         if request.mode == "append":
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
+        if request.copy.format == "parquet":
+            parquet.refuse_unsupported(request)
         files = sources.resolve(request.source, request.source_conn_id)
         header_columns: list[str] = []
         header_lengths: dict[str, int] = {}
-        if request.copy.header:
-            header_columns, header_lengths = sources.map_header(
-                files, request.copy, planning.loadable_columns(target)
-            )
-        columns = planning.plan_columns(request, target, header_columns)
+        layout = None
+        if request.copy.format == "parquet":  # columns matched by name, as a header's are
+            layout = parquet.inspect(files)
+            columns = tuple(parquet.match_columns(layout, planning.loadable_columns(target)))
+        else:
+            if request.copy.header:
+                header_columns, header_lengths = sources.map_header(
+                    files, request.copy, planning.loadable_columns(target)
+                )
+            columns = planning.plan_columns(request, target, header_columns)
         key = None
         if request.mode == "upsert":
             indexes = upsert.unique_indexes(conn, target)
@@ -124,9 +132,12 @@ def prepare(
         total = sum(f.size for f in files)
         strategy = rebuild.resolve(conn, request, target, total)
         conn.rollback()
-        partitions = sources.plan_partitions(
-            files, request.copy, request.partition_count(total), header_lengths
-        )
+        if layout is not None:
+            partitions = parquet.plan_partitions(layout, request.partition_count(total))
+        else:
+            partitions = sources.plan_partitions(
+                files, request.copy, request.partition_count(total), header_lengths
+            )
         plan = planning.build_plan(
             request,
             target,
@@ -273,11 +284,17 @@ def copy_partition(
             )
             return PartitionResult(index, rows, nbytes, seconds, skipped=True, rejects=rejected)
         rows = nbytes = rejected = 0
-        statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
-        rule = records.marker_rule(plan.copy.format, server_version(conn))
+        statement = rule = None
+        if plan.copy.format != "parquet":  # parquet.copy_piece makes its own
+            statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
+            rule = records.marker_rule(plan.copy.format, server_version(conn))
         for piece in part.pieces:
             if plan.upsert:  # read by staging's source order column (see upsert.py)
                 execute(conn, sql.set_config(sql.PIECE_SETTING, str(piece.ordinal), local=True))
+            if plan.copy.format == "parquet":
+                loaded, sent = parquet.copy_piece(conn, plan, piece, progress, nbytes, part.bytes)
+                rows, nbytes = rows + loaded, nbytes + sent
+                continue
             if plan.errors.rejecting:
                 outcome = rejects.copy_rejecting(
                     conn,

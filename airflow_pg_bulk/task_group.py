@@ -84,7 +84,9 @@ def pg_bulk_load(
         its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
         objects with it; default none: the standard environment (``AWS_ACCESS_KEY_ID``,
         ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
-    :param format: ``csv`` or ``text`` (PostgreSQL's text format); default ``csv``.
+    :param format: ``csv``, ``text`` (PostgreSQL's text format) or ``parquet`` (columns matched
+        to the table's by name, row groups split over partitions; needs
+        ``airflow-pg-bulk[parquet]``); default ``csv``.
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
         default ``False``.

@@ -66,6 +66,21 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
         else:
             line = first
             where += f" line {first}" if first == last else f" lines {first}-{last}"
+    return bad_value(err, plan, piece.path, where, column, quoted, line)
+
+
+def bad_value(
+    err: ServerError,
+    plan: LoadPlan,
+    path: str,
+    where: str,
+    column: str | None,
+    quoted: str | None,
+    line: int | None = None,
+) -> BadDataError:
+    """The error of a value COPY could not take: ``where`` (the file and the place in it),
+    the column, the server's message, the value (truncated) and its detail, in the target's
+    own names; ``path``, ``line``, ``column`` and ``value`` kept on the error."""
     if column:
         where += f", column {column}"
     value = truncate(quoted) if quoted is not None else None
@@ -76,7 +91,7 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
         message += f"; {err.detail.rstrip('.')}"
     message = naming.original_names(plan, message)
     message += f". Nothing of this load reached {plan.target.qualified}."
-    return BadDataError(message, path=piece.path, line=line, column=column, value=value)
+    return BadDataError(message, path=path, line=line, column=column, value=value)
 
 
 def finalize_error(

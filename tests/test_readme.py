@@ -40,6 +40,8 @@ def blocks(language: str | None = None) -> list[str]:
 def kind(language: str, code: str) -> str:
     """What a block is, hence how it is checked."""
     if language == "python":
+        if 'format="parquet"' in code:
+            return "parquet"
         hand_wired = "Operator(" in code or "Operator.partial(" in code
         return "dag" if "@dag" in code or "DAG(" in code or hand_wired else "python"
     if language == "bash":
@@ -74,6 +76,7 @@ def test_every_block_is_known():
         "benchmark",
         "celery-demo",
         "s3",
+        "parquet",
     }
 
 
@@ -186,6 +189,23 @@ def test_python_blocks_run(warehouse, capsys):
     assert loaded(warehouse)
     exec(compile(localize(upsert, warehouse), "README.md", "exec"), {})  # the same rows again
     assert "0 inserted, 3,000 updated" in capsys.readouterr().out
+    assert loaded(warehouse)
+
+
+def test_parquet_block_runs(warehouse, capsys):
+    """The Parquet block, on Parquet files written from the README's CSV files (columns typed
+    by Arrow's CSV reader: int64, double, date32) in row groups of 500 rows."""
+    import pyarrow.csv
+    import pyarrow.parquet
+
+    (code,) = [c for c in blocks("python") if kind("python", c) == "parquet"]
+    (warehouse.data / "parquet").mkdir()
+    for path in sorted(warehouse.data.glob("*.csv")):
+        table = pyarrow.csv.read_csv(path)
+        target = warehouse.data / "parquet" / path.with_suffix(".parquet").name
+        pyarrow.parquet.write_table(table, target, row_group_size=500)
+    exec(compile(localize(code, warehouse), "README.md", "exec"), {})
+    assert "3,000 rows from Parquet" in capsys.readouterr().out
     assert loaded(warehouse)
 
 
