@@ -19,6 +19,7 @@ from airflow_pg_bulk import (
     history,
     locking,
     naming,
+    partitioned,
     planning,
     rebuild,
     sql,
@@ -61,6 +62,8 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
                 rows,
                 t.qualified,
             )
+        elif partitioned.partitioned_staging(plan):
+            partitioned.finalize_partitioned(conn, plan, clock, rows, nbytes, rejected)
         elif plan.mode == "replace":
             _finalize_replace(conn, plan, clock, rows, nbytes, rejected)
         elif plan.rebuilds:
@@ -396,9 +399,11 @@ def _swap(
     # (the caller notes the load as finalized in the same transaction, then commits)
 
 
-def _restore_properties(conn: Any, t: TargetDefinition) -> None:
+def _restore_properties(conn: Any, t: TargetDefinition, *, triggers: bool = True) -> None:
+    """``t``'s triggers (unless ``triggers`` is false: a partition's come from its parent),
+    options, grants and comments on the table now named as ``t``."""
     schema, table = t.schema, t.table
-    for trigger in t.triggers:
+    for trigger in t.triggers if triggers else ():
         execute(conn, sql.execute_definition(trigger.definition))
         if trigger.enabled != TriggerState.ORIGIN:
             execute(conn, sql.set_trigger_state(schema, table, trigger.name, trigger.enabled))

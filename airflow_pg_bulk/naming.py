@@ -97,6 +97,22 @@ def source_order_sequence(load_id: str) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_order"
 
 
+def staging_partition(load_id: str, number: int) -> str:
+    """The staging partition for the target's ``number``-th leaf partition (by name)."""
+    return f"{PREFIX}{check_load_id(load_id)}_p{number}"
+
+
+def bound_check(load_id: str) -> str:
+    """The CHECK implying a staging partition's bound, dropped once it is attached."""
+    return f"{PREFIX}{check_load_id(load_id)}_bound"
+
+
+def leaf_load_id(load_id: str, number: int) -> str:
+    """A load id of its own for the ``number``-th leaf partition's build, so that the
+    temporary names of its indexes and constraints differ from the other leaves'."""
+    return load_id_for(check_load_id(load_id), "leaf", str(number))
+
+
 def run_objects_pattern(load_id: str) -> str:
     """A LIKE pattern matching every table this load created."""
     return f"\\_pgbulk\\_{check_load_id(load_id)}\\_%"

@@ -19,6 +19,7 @@ from airflow_pg_bulk import (
     catalog,
     history,
     naming,
+    partitioned,
     planning,
     rebuild,
     records,
@@ -184,7 +185,9 @@ def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
 
 def _create_staging(conn: Any, plan: LoadPlan) -> None:
     t = plan.target
-    if plan.mode == "replace" or (plan.mode == "append" and plan.rebuilds):
+    if partitioned.partitioned_staging(plan):
+        partitioned.create_staging(conn, plan)
+    elif plan.mode == "replace" or (plan.mode == "append" and plan.rebuilds):
         # an append that rebuilds COPYs into the table it swaps in (see rebuild.py)
         version = scalar(conn, sql.server_version())
         execute(

@@ -1,0 +1,341 @@
+"""Partitioned targets (range, list, hash) on a real server: every mode gives what plain SQL
+computes; replace_partitions leaves the partitions that receive no row as they were (same
+relfilenode) and the replaced ones keep their catalog; a row in no partition names its file,
+line and value and leaves the target as it was; a DEFAULT partition takes such rows; a
+failure before the swap leaves the target as it was; cleanup drops everything; a
+multi-level target is refused."""
+
+from __future__ import annotations
+
+import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from helpers import catalog_snapshot, leftovers, write_csv
+from psycopg import sql as psql
+
+from airflow_pg_bulk import runner, sql
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
+
+COLUMNS = ["id", "day", "region", "site", "value", "note"]
+KINDS = {
+    # kind: (partition key, primary key, the partitions' bounds)
+    "range": (
+        "RANGE (day)",
+        "id, day",
+        [f"FROM ('2024-{m:02d}-01') TO ('2024-{m + 1:02d}-01')" for m in range(1, 5)],
+    ),
+    "list": ("LIST (region)", "id, region", [f"IN ('{r}')" for r in "nsew"]),
+    "hash": ("HASH (id)", "id", [f"WITH (MODULUS 4, REMAINDER {r})" for r in range(4)]),
+}
+# the rows loaded fall into partitions 1 and 2 (of 0..3) only
+LOADED_PARTITIONS = (1, 2)
+DAY0 = datetime.date(2024, 1, 1)
+
+
+def _row(i: int, bump: int = 0) -> tuple[Any, ...]:
+    return (
+        i,
+        DAY0 + datetime.timedelta(days=i * 7 % 120),
+        "nsew"[i % 4],
+        i % 5 + 1,
+        f"{(i * 13 % 1000) / 10 + bump:.2f}",
+        f"note {i}",
+    )
+
+
+def make_target(
+    db: Any, name: str, kind: str, *, with_keys: bool = True, default: bool = False
+) -> None:
+    """``name`` partitioned by ``kind`` into ``name_p0`` .. ``name_p3`` (and ``name_other``,
+    the DEFAULT partition, with ``default``): a primary key with the partition key, an index,
+    a CHECK and a foreign key to ``sites``."""
+    key, pk, bounds = KINDS[kind]
+    extra = (
+        psql.SQL(
+            ", PRIMARY KEY ({}), CONSTRAINT {} CHECK (value >= 0),"
+            " CONSTRAINT {} FOREIGN KEY (site) REFERENCES {}"
+        ).format(
+            psql.SQL(pk),
+            psql.Identifier(f"{name}_value_ok"),
+            psql.Identifier(f"{name}_site_fk"),
+            db.ident("sites"),
+        )
+        if with_keys
+        else psql.SQL("")
+    )
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id integer NOT NULL, day date NOT NULL, region text NOT NULL,"
+            " site integer, value numeric(10,2), note text{}) PARTITION BY {}"
+        ).format(db.ident(name), extra, psql.SQL(key))
+    )
+    for n, bound in enumerate(bounds):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES {}").format(
+                db.ident(f"{name}_p{n}"), db.ident(name), psql.SQL(bound)
+            )
+        )
+    if default:
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(
+                db.ident(f"{name}_other"), db.ident(name)
+            )
+        )
+    if with_keys:
+        db.run(
+            psql.SQL("CREATE INDEX {} ON {} (site, day)").format(
+                psql.Identifier(f"{name}_site_day"), db.ident(name)
+            )
+        )
+
+
+def setup_target(db: Any, kind: str) -> None:
+    """``sites`` and ``readings`` (400 rows in all four partitions), ``readings_p1`` with a
+    grant, comments and an owner of its own."""
+    db.run(psql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(db.ident("sites")))
+    db.run(psql.SQL("INSERT INTO {} SELECT generate_series(1, 5)").format(db.ident("sites")))
+    make_target(db, "readings", kind)
+    _insert(db, "readings", [_row(i) for i in range(1, 401)])
+    role = f"{db.schema}_r"
+    db.create_role(role)
+    p1 = db.ident("readings_p1")
+    db.run(psql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(p1, psql.Identifier(role)))
+    db.run(psql.SQL("COMMENT ON TABLE {} IS 'partition one'").format(p1))
+    db.run(psql.SQL("ALTER TABLE {} OWNER TO {}").format(p1, psql.Identifier(role)))
+
+
+def _insert(db: Any, table: str, data: list[tuple[Any, ...]]) -> None:
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            psql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s, %s)").format(db.ident(table)),
+            data,
+        )
+
+
+def loaded_rows(db: Any, kind: str, mode: str) -> list[tuple[Any, ...]]:
+    """The rows a test loads: only into partitions 1 and 2 (the server says which rows go
+    where: a routing table partitioned like the target); overlapping the target's keys but
+    for an append; an upsert's have keys repeated later in the file with other values."""
+    first = 401 if mode == "append" else 300
+    candidates = [_row(i) for i in range(first, 701)]
+    make_target(db, "route", kind, with_keys=False)
+    _insert(db, "route", candidates)
+    wanted = {
+        row[0]
+        for n in LOADED_PARTITIONS
+        for row in db.run(psql.SQL("SELECT id FROM {}").format(db.ident(f"route_p{n}")))
+    }
+    db.run(psql.SQL("DROP TABLE {}").format(db.ident("route")))
+    data = [row for row in candidates if row[0] in wanted]
+    if mode == "upsert":
+        data += [_row(row[0], bump=1) for row in data[10:40]]
+    return data
+
+
+def reference(
+    db: Any, kind: str, mode: str, path: Path, *, default: bool = False
+) -> tuple[int, str]:
+    """What plain SQL makes of the target and the file in ``mode``: its checksum."""
+    key = KINDS[kind][1]
+    make_target(db, "ref", kind, with_keys=False, default=default)
+    db.run(
+        psql.SQL("INSERT INTO {} SELECT * FROM {}").format(db.ident("ref"), db.ident("readings"))
+    )
+    db.run(
+        psql.SQL("CREATE TABLE {} (LIKE {}, ord bigserial)").format(
+            db.ident("loaded"), db.ident("readings")
+        )
+    )
+    with (
+        db.conn.cursor() as cur,
+        cur.copy(
+            psql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                db.ident("loaded"), psql.SQL(", ".join(COLUMNS))
+            )
+        ) as copy,
+    ):
+        copy.write(path.read_bytes())
+    cols = psql.SQL(", ".join(COLUMNS))
+    insert = psql.SQL("INSERT INTO {} SELECT {} FROM {}").format(
+        db.ident("ref"), cols, db.ident("loaded")
+    )
+    if mode == "replace":
+        db.run(psql.SQL("TRUNCATE {}").format(db.ident("ref")))
+    if mode == "replace_partitions":
+        make_target(db, "route", kind, with_keys=False, default=default)
+        db.run(
+            psql.SQL("INSERT INTO {} SELECT {} FROM {}").format(
+                db.ident("route"), cols, db.ident("loaded")
+            )
+        )
+        for suffix in [f"p{n}" for n in range(4)] + (["other"] if default else []):
+            routed = psql.SQL("SELECT EXISTS (SELECT FROM {})").format(db.ident(f"route_{suffix}"))
+            if db.scalar(routed):
+                db.run(psql.SQL("TRUNCATE {}").format(db.ident(f"ref_{suffix}")))
+    if mode == "upsert":  # the loaded keys' rows go; the latest loaded row per key comes
+        match = psql.SQL(" AND ").join(
+            psql.SQL("r.{0} = l.{0}").format(psql.Identifier(c.strip())) for c in key.split(",")
+        )
+        db.run(
+            psql.SQL("DELETE FROM {} r USING {} l WHERE {}").format(
+                db.ident("ref"), db.ident("loaded"), match
+            )
+        )
+        insert = psql.SQL(
+            "INSERT INTO {} SELECT DISTINCT ON ({}) {} FROM {} ORDER BY {}, ord DESC"
+        ).format(db.ident("ref"), psql.SQL(key), cols, db.ident("loaded"), psql.SQL(key))
+    db.run(insert)
+    return db.checksum("ref", ", ".join(COLUMNS))
+
+
+def filenodes(db: Any) -> dict[str, int]:
+    return {
+        f"readings_p{n}": db.scalar(
+            "SELECT pg_relation_filenode(%s::regclass)", f'"{db.schema}"."readings_p{n}"'
+        )
+        for n in range(4)
+    }
+
+
+MODES = ["replace_partitions", "replace", "append", "upsert"]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("mode", MODES)
+def test_each_mode_matches_plain_sql(db, pg_dsn, tmp_path, kind, mode):
+    setup_target(db, kind)
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, kind, mode))
+    expected = reference(db, kind, mode, path)
+    before = filenodes(db)
+    catalog_before = {name: catalog_snapshot(db, name) for name in before}
+
+    summary = runner.load(pg_dsn, db.table("readings"), str(path), mode=mode, partitions=2)
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert summary.rows == len(path.read_text().splitlines())
+    after = filenodes(db)
+    for n in range(4):
+        name = f"readings_p{n}"
+        swapped = n in LOADED_PARTITIONS and mode in ("replace_partitions", "replace")
+        if mode != "replace" and not swapped:
+            assert after[name] == before[name], name  # not rewritten
+        if swapped:
+            assert after[name] != before[name], name
+        # indexes, validated constraints, grants, comments, owner
+        assert catalog_snapshot(db, name) == catalog_before[name], name
+    assert leftovers(db) == []
+
+
+def _snapshot(db: Any) -> tuple[Any, ...]:
+    """The target's rows, its partitions' files and catalog: what 'as it was' means."""
+    return (
+        db.checksum("readings", ", ".join(COLUMNS)),
+        filenodes(db),
+        {f"readings_p{n}": catalog_snapshot(db, f"readings_p{n}") for n in range(4)},
+    )
+
+
+def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, connect, tmp_path):
+    """Both drivers; the daily reload: the same load twice gives the same table."""
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    expected = reference(db, "range", "replace_partitions", path)
+    for _ in range(2):
+        runner.load(connect, db.table("readings"), str(path), mode="replace_partitions")
+        assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert leftovers(db) == []
+
+
+def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
+    setup_target(db, "range")
+    data = loaded_rows(db, "range", "replace_partitions")
+    stray = (9999, datetime.date(2030, 5, 17), "n", 1, "1.00", "stray")
+    path = write_csv(tmp_path / "load.csv", [*data[:50], stray, *data[50:]])
+    before = _snapshot(db)
+
+    with pytest.raises(BadDataError) as failed:
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+
+    message = str(failed.value)
+    assert "load.csv line 51" in message, message
+    assert "2030-05-17" in message and "readings" in message and "_pgbulk_" not in message
+    assert failed.value.line == 51
+    assert _snapshot(db) == before
+    assert leftovers(db) == []
+
+
+def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path):
+    """Rows of no other partition go to the DEFAULT one, which is then replaced like any."""
+    setup_target(db, "range")
+    db.run(
+        psql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(
+            db.ident("readings_other"), db.ident("readings")
+        )
+    )
+    _insert(db, "readings", [(5000, datetime.date(2031, 1, 1), "n", 1, "2.00", "old")])
+    data = loaded_rows(db, "range", "replace_partitions")
+    late = [(6000 + i, datetime.date(2030, 1, 1 + i), "s", 2, "3.00", "late") for i in range(5)]
+    path = write_csv(tmp_path / "load.csv", [*data, *late])
+    expected = reference(db, "range", "replace_partitions", path, default=True)
+    before = filenodes(db)
+
+    runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert db.scalar(psql.SQL("SELECT count(*) FROM {}").format(db.ident("readings_other"))) == 5
+    after = filenodes(db)
+    assert [after[name] == before[name] for name in sorted(before)] == [
+        n not in LOADED_PARTITIONS for n in range(4)
+    ]
+    assert leftovers(db) == []
+
+
+@pytest.mark.parametrize(
+    "step", ["detach_partition", "add_constraint", "attach_partition", "mark_finalized"]
+)
+def test_a_failure_at_each_step_leaves_the_target_and_a_retry_loads_once(
+    db, pg_dsn, tmp_path, monkeypatch, step
+):
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    expected = reference(db, "range", "replace_partitions", path)
+    before = _snapshot(db)
+    real = getattr(sql, step)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"injected at {step}")
+
+    monkeypatch.setattr(sql, step, broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        runner.load(
+            pg_dsn, db.table("readings"), str(path), mode="replace_partitions",
+            load_id="a1b2c3d4e5f6",
+        )  # fmt: skip
+    assert _snapshot(db) == before
+    assert leftovers(db) == []
+    monkeypatch.setattr(sql, step, real)
+
+    runner.load(
+        pg_dsn, db.table("readings"), str(path), mode="replace_partitions", load_id="a1b2c3d4e5f6"
+    )
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+
+
+def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", [_row(1)])
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')"
+            " PARTITION BY RANGE (day)"
+        ).format(db.ident("readings_2025"), db.ident("readings"))
+    )
+    with pytest.raises(LoadRefusedError, match=r"more than one level.*readings_2025"):
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+    with pytest.raises(LoadRefusedError, match="top-level parent"):
+        runner.load(pg_dsn, db.table("readings_2025"), str(path), mode="append")
+    with pytest.raises(LoadRefusedError, match="replace_partitions needs a partitioned target"):
+        runner.load(pg_dsn, db.table("sites"), str(path), mode="replace_partitions")
+    assert leftovers(db) == []
