@@ -11,6 +11,7 @@ import datetime
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from helpers import catalog_snapshot, leftovers, write_csv
 from psycopg import sql as psql
@@ -338,4 +339,45 @@ def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):
         runner.load(pg_dsn, db.table("readings_2025"), str(path), mode="append")
     with pytest.raises(LoadRefusedError, match="replace_partitions needs a partitioned target"):
         runner.load(pg_dsn, db.table("sites"), str(path), mode="replace_partitions")
+    assert leftovers(db) == []
+
+
+def test_append_attaches_into_an_empty_partition_and_attach_skips_its_scan(db, pg_dsn, tmp_path):
+    """An empty partition that receives rows is swapped in by ATTACH (new relfilenode, same
+    catalog), whose scan the CHECK made while empty skips (the server says so at DEBUG1); a
+    partition that holds rows gets them in place (same relfilenode)."""
+    setup_target(db, "range")
+    db.run(psql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "append"))
+    expected = reference(db, "range", "append", path)
+    before = filenodes(db)
+    catalog_before = catalog_snapshot(db, "readings_p1")
+    notices: list[str] = []
+
+    def connect() -> Any:
+        conn = psycopg.connect(pg_dsn, options="-c client_min_messages=debug1")
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        return conn
+
+    runner.load(connect, db.table("readings"), str(path), mode="append")
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    after = filenodes(db)
+    assert [after[name] == before[name] for name in sorted(before)] == [True, False, True, True]
+    assert catalog_snapshot(db, "readings_p1") == catalog_before
+    implied = [m for m in notices if "is implied by existing constraints" in m]
+    assert implied == [
+        'partition constraint for table "readings_p1" is implied by existing constraints'
+    ], notices
+    assert leftovers(db) == []
+
+
+def test_upsert_refuses_a_row_in_no_partition(db, pg_dsn, tmp_path):
+    setup_target(db, "list")
+    stray = (9999, datetime.date(2024, 2, 2), "x", 1, "1.00", "stray")
+    path = write_csv(tmp_path / "load.csv", [_row(5), stray])
+    before = _snapshot(db)
+    with pytest.raises(BadDataError, match=r"no partition of it takes the loaded row.*9999"):
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="upsert")
+    assert _snapshot(db) == before
     assert leftovers(db) == []
