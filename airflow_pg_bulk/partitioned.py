@@ -43,7 +43,7 @@ from typing import Any
 
 from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql
 from airflow_pg_bulk.codes import Persistence
-from airflow_pg_bulk.driver import execute, execute_count, scalar, server_version
+from airflow_pg_bulk.driver import execute, scalar, server_version
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning
@@ -127,41 +127,37 @@ def finalize_partitioned(
         swapped = _to_swap(conn, plan, loaded)
         conn.commit()
     built = {n: _build_leaf(conn, plan, n, clock) for n in swapped}
+    leaves = parts.leaves
     inserted: list[int] = []
     with clock.phase("swap"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
-        leaves = parts.leaves
-        locking.lock_for_swap(
-            conn, [(t.schema, t.table), *((t.schema, leaves[n].definition.table) for n in swapped)]
-        )
-        history.refuse_overwriting_newer(conn, plan)
-        now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
-        if now.fingerprint() != t.fingerprint():
-            raise LoadRefusedError(
-                f"the definition of {t.qualified} or of one of its partitions changed between "
-                "prepare and finalize (partitions, columns, indexes, constraints, grants, owner "
-                "or comments); nothing was swapped. Run the load again"
-            )
+        # appends in place first, before the parent is locked: readers are not held up
         for n in loaded:
-            leaf = leaves[n]
-            name = leaf.definition.table
-            if n in built and not (
-                plan.mode == "append" and scalar(conn, sql.has_rows(t.schema, name))
-            ):
-                _swap_leaf(conn, plan, n, leaf, *built[n])
-            else:  # an append into a partition that holds rows: in place
+            if n not in built:
+                _insert_leaf(conn, plan, n)
                 inserted.append(n)
-                execute_count(
-                    conn,
-                    sql.insert_from_staging(
-                        t.schema,
-                        name,
-                        naming.staging_partition(plan.load_id, n),
-                        plan.columns,
-                        override_identity=False,
-                    ),
+        if built or plan.mode == "replace":
+            locking.lock_for_swap(
+                conn,
+                [(t.schema, t.table), *((t.schema, leaves[n].definition.table) for n in built)],
+            )
+            history.refuse_overwriting_newer(conn, plan)
+            now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
+            if now.fingerprint() != t.fingerprint():
+                raise LoadRefusedError(
+                    f"the definition of {t.qualified} or of one of its partitions changed "
+                    "between prepare and finalize (partitions, columns, indexes, constraints, "
+                    "grants, owner or comments); nothing was swapped. Run the load again"
                 )
+        for n, names in built.items():
+            if plan.mode == "append" and scalar(
+                conn, sql.has_rows(t.schema, leaves[n].definition.table)
+            ):  # rows came in since finalize looked: append in place after all
+                _insert_leaf(conn, plan, n)
+                inserted.append(n)
+            else:
+                _swap_leaf(conn, plan, n, leaves[n], *names)
         if plan.mode == "replace":
             for n, leaf in enumerate(leaves):
                 if n not in loaded:
@@ -184,6 +180,21 @@ def finalize_partitioned(
         len(loaded) - len(inserted),
         len(inserted),
         f", {len(leaves) - len(loaded)} emptied" if plan.mode == "replace" else "",
+    )
+
+
+def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:
+    """Append a staging partition's rows to its target partition, in place."""
+    t = plan.target
+    execute(
+        conn,
+        sql.insert_from_staging(
+            t.schema,
+            _parts(plan).leaves[number].definition.table,
+            naming.staging_partition(plan.load_id, number),
+            plan.columns,
+            override_identity=False,
+        ),
     )
 
 

@@ -16,8 +16,10 @@ import pytest
 from helpers import catalog_snapshot, leftovers, write_csv
 from psycopg import sql as psql
 
-from airflow_pg_bulk import runner, sql
+from airflow_pg_bulk import runner, sql, steps
+from airflow_pg_bulk.driver import connect as connect_driver
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
+from airflow_pg_bulk.plan import LoadRequest
 
 COLUMNS = ["id", "day", "region", "site", "value", "note"]
 KINDS = {
@@ -293,16 +295,41 @@ def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path)
     assert leftovers(db) == []
 
 
-@pytest.mark.parametrize(
-    "step", ["detach_partition", "add_constraint", "attach_partition", "mark_finalized"]
-)
-def test_a_failure_at_each_step_leaves_the_target_and_a_retry_loads_once(
-    db, pg_dsn, tmp_path, monkeypatch, step
-):
+STEPS = [
+    ("replace_partitions", "detach_partition"),  # the first staging partition's detach
+    ("replace_partitions", "add_constraint"),  # its foreign key, after its indexes
+    ("replace_partitions", "validate_constraint"),
+    ("replace_partitions", "attach_partition"),  # in the swap's transaction
+    ("replace_partitions", "mark_finalized"),  # the swap's last statement before COMMIT
+    ("replace", "truncate"),  # emptying a partition that received no row
+    ("append", "insert_from_staging"),  # the in-place append into a non-empty partition
+    ("append", "attach_partition"),  # the empty partition's attach
+]
+
+
+def _start(db: Any, mode: str, tmp_path: Path) -> tuple[Path, tuple[int, str]]:
+    """The range target (partition 1 emptied for an append, so that both of its ways run),
+    the file, and what plain SQL makes of them."""
     setup_target(db, "range")
-    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
-    expected = reference(db, "range", "replace_partitions", path)
+    if mode == "append":
+        db.run(psql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", mode))
+    return path, reference(db, "range", mode, path)
+
+
+@pytest.mark.parametrize(("mode", "step"), STEPS, ids=[f"{m}-{s}" for m, s in STEPS])
+def test_a_failure_at_each_step_leaves_the_target_and_finalize_retried_goes_on(
+    db, pg_dsn, tmp_path, monkeypatch, mode, step
+):
+    """finalize fails at ``step``: the target is as it was; finalize run again (what was
+    built is kept) loads exactly once; cleanup then drops everything the run made."""
+    path, expected = _start(db, mode, tmp_path)
     before = _snapshot(db)
+    request = LoadRequest(mode=mode, table=db.table("readings"), source=(str(path),), partitions=2)
+    conn = connect_driver(pg_dsn)
+    plan = steps.prepare(conn, request, "a1b2c3d4e5f6")
+    for part in plan.partitions:
+        steps.copy_partition(conn, plan, part.index)
     real = getattr(sql, step)
 
     def broken(*args: Any, **kwargs: Any) -> Any:
@@ -310,18 +337,34 @@ def test_a_failure_at_each_step_leaves_the_target_and_a_retry_loads_once(
 
     monkeypatch.setattr(sql, step, broken)
     with pytest.raises(RuntimeError, match="injected"):
-        runner.load(
-            pg_dsn, db.table("readings"), str(path), mode="replace_partitions",
-            load_id="a1b2c3d4e5f6",
-        )  # fmt: skip
+        steps.finalize(conn, plan)
     assert _snapshot(db) == before
-    assert leftovers(db) == []
     monkeypatch.setattr(sql, step, real)
 
-    runner.load(
-        pg_dsn, db.table("readings"), str(path), mode="replace_partitions", load_id="a1b2c3d4e5f6"
-    )
+    summary = steps.finalize(conn, plan)
+    assert summary.rows == len(path.read_text().splitlines())
     assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert leftovers(db) != []  # staging is cleanup's to drop
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert leftovers(db) == []
+
+
+def test_a_copy_retried_after_its_commit_loads_nothing_twice(db, pg_dsn, tmp_path):
+    path, expected = _start(db, "replace_partitions", tmp_path)
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
+    )
+    conn = connect_driver(pg_dsn, "psycopg2")
+    plan = steps.prepare(conn, request, "b1b2c3d4e5f6")
+    first = [steps.copy_partition(conn, plan, p.index) for p in plan.partitions]
+    again = [steps.copy_partition(conn, plan, p.index) for p in plan.partitions]
+    assert [r.skipped for r in first + again] == [False] * 2 + [True] * 2
+    steps.finalize(conn, plan)
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert leftovers(db) == []
 
 
 def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):
