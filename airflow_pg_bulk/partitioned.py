@@ -184,13 +184,14 @@ def finalize_partitioned(
 
 
 def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:
-    """Append a staging partition's rows to its target partition, in place."""
+    """Append a staging partition's rows in place, through the parent (they go to the same
+    partition; the role needs INSERT on the parent only, as for a plain append)."""
     t = plan.target
     execute(
         conn,
         sql.insert_from_staging(
             t.schema,
-            _parts(plan).leaves[number].definition.table,
+            t.table,
             naming.staging_partition(plan.load_id, number),
             plan.columns,
             override_identity=False,

@@ -18,7 +18,7 @@ from psycopg import sql as psql
 
 from airflow_pg_bulk import runner, sql, steps
 from airflow_pg_bulk.driver import connect as connect_driver
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.plan import LoadRequest
 
 COLUMNS = ["id", "day", "region", "site", "value", "note"]
@@ -422,5 +422,59 @@ def test_upsert_refuses_a_row_in_no_partition(db, pg_dsn, tmp_path):
     before = _snapshot(db)
     with pytest.raises(BadDataError, match=r"no partition of it takes the loaded row.*9999"):
         runner.load(pg_dsn, db.table("readings"), str(path), mode="upsert")
+    assert _snapshot(db) == before
+    assert leftovers(db) == []
+
+
+def test_append_by_a_role_that_does_not_own_the_target_goes_in_place(db, pg_dsn, tmp_path):
+    """No ownership, INSERT on the parent only: every partition appended to in place (even
+    the empty one), through the parent."""
+    setup_target(db, "range")
+    db.run(psql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "append"))
+    expected = reference(db, "range", "append", path)
+    loader = f"{db.schema}_loader"
+    db.create_role(loader)
+    db.run(
+        psql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(
+            psql.Identifier(db.schema), psql.Identifier(loader)
+        )
+    )
+    db.run(
+        psql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(
+            db.ident("readings"), psql.Identifier(loader)
+        )
+    )
+    before = filenodes(db)
+
+    runner.load(
+        lambda: psycopg.connect(pg_dsn, options=f"-c role={loader}"),
+        db.table("readings"),
+        str(path),
+        mode="append",
+    )
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert filenodes(db) == before
+    assert leftovers(db) == []
+
+
+def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
+    """A transaction reading the target holds the swap off: finalize gives up after
+    lock_timeout with a retryable error, the target as it was; the reader was never blocked."""
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    before = _snapshot(db)
+    with psycopg.connect(pg_dsn) as reader:
+        reader.execute(psql.SQL("SELECT count(*) FROM {}").format(db.ident("readings")))
+        with pytest.raises(TransientLoadError, match="lock"):
+            runner.load(
+                pg_dsn,
+                db.table("readings"),
+                str(path),
+                mode="replace_partitions",
+                lock_timeout="300ms",
+            )
+        reader.rollback()
     assert _snapshot(db) == before
     assert leftovers(db) == []
