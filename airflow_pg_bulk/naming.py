@@ -134,6 +134,9 @@ def original_names(plan: LoadPlan, text: str) -> str:
     back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
     back[plan.staging_table] = plan.target.table
     back[rebuilt_table(plan.load_id)] = plan.target.table
+    if plan.target.partitioning:  # staging partitions: the target's partitions
+        for number, leaf in enumerate(plan.target.partitioning.leaves):
+            back[staging_partition(plan.load_id, number)] = leaf.definition.table
     for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
         text = text.replace(temp, back[temp])
     return text

@@ -76,6 +76,15 @@ def create_staging(conn: Any, plan: LoadPlan) -> None:
             t.schema, plan.staging_table, t.table, parts.key, server_version=server_version(conn)
         ),
     )
+    for seq in t.sequences:
+        if seq.kind == "identity" and seq.column not in plan.columns:
+            # numbered from the target's sequence, as an INSERT into the target would be
+            execute(
+                conn,
+                sql.default_from_sequence(
+                    t.schema, plan.staging_table, seq.column, (seq.schema, seq.name)
+                ),
+            )
     for number, leaf in enumerate(parts.leaves):
         name = naming.staging_partition(plan.load_id, number)
         execute(

@@ -1127,6 +1127,16 @@ def add_check(schema: str, table: str, name: str, expression: str) -> Composed:
     )
 
 
+def default_from_sequence(
+    schema: str, table: str, column: str, sequence: tuple[str, str]
+) -> Composed:
+    """A column's default drawn from a sequence (staging of a partitioned target: an identity
+    column not loaded takes its values from the target's own identity sequence)."""
+    return SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT nextval({}::regclass)").format(
+        _table(schema, table), Identifier(column), Literal(Identifier(*sequence).as_string())
+    )
+
+
 def detach_partition(schema: str, parent: str, name: str) -> Composed:
     """Detach a partition (ACCESS EXCLUSIVE on the parent: run under lock_timeout)."""
     return SQL("ALTER TABLE {} DETACH PARTITION {}").format(

@@ -478,3 +478,43 @@ def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
         reader.rollback()
     assert _snapshot(db) == before
     assert leftovers(db) == []
+
+
+def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db, pg_dsn, tmp_path):
+    """As an INSERT into the target would: the loaded rows draw from its identity sequence,
+    which goes on from there; an error in a staging partition names the target's partition."""
+    t = db.ident("events")
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id bigint GENERATED ALWAYS AS IDENTITY, day date NOT NULL,"
+            " note text NOT NULL, PRIMARY KEY (id, day)) PARTITION BY RANGE (day)"
+        ).format(t)
+    )
+    for n, (start, end) in enumerate((("2024-01-01", "2024-02-01"), ("2024-02-01", "2024-03-01"))):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                db.ident(f"events_{n}"), t, psql.Literal(start), psql.Literal(end)
+            )
+        )
+    db.run(
+        psql.SQL(
+            "INSERT INTO {} (day, note) VALUES ('2024-01-05', 'a'), ('2024-02-05', 'b')"
+        ).format(t)
+    )
+    path = write_csv(tmp_path / "load.csv", [("2024-01-07", "x"), ("2024-01-08", "y")])
+
+    runner.load(
+        pg_dsn, db.table("events"), str(path), mode="replace_partitions", columns=["day", "note"]
+    )
+    db.run(psql.SQL("INSERT INTO {} (day, note) VALUES ('2024-02-09', 'after')").format(t))
+
+    assert db.run(psql.SQL("SELECT id, note FROM {} ORDER BY id").format(t)) == [
+        (2, "b"), (3, "x"), (4, "y"), (5, "after"),
+    ]  # fmt: skip
+    bad = write_csv(tmp_path / "bad.csv", [("2024-01-07", "x"), ("2024-01-08", None)])
+    with pytest.raises(BadDataError, match=r"bad.csv line 2.*events_0") as failed:
+        runner.load(
+            pg_dsn, db.table("events"), str(bad), mode="replace_partitions", columns=["day", "note"]
+        )
+    assert "_pgbulk_" not in str(failed.value)
+    assert leftovers(db) == []
