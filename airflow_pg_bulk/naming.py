@@ -134,9 +134,15 @@ def original_names(plan: LoadPlan, text: str) -> str:
     back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
     back[plan.staging_table] = plan.target.table
     back[rebuilt_table(plan.load_id)] = plan.target.table
-    if plan.target.partitioning:  # staging partitions: the target's partitions
+    if plan.target.partitioning:  # staging partitions and what is built on them (each
+        # with its leaf's own load id: see leaf_load_id) take the target partitions' names
         for number, leaf in enumerate(plan.target.partitioning.leaves):
             back[staging_partition(plan.load_id, number)] = leaf.definition.table
+            leaf_id = leaf_load_id(plan.load_id, number)
+            for k, index in enumerate(leaf.definition.indexes):
+                back[temp_index(leaf_id, k)] = index.name
+            for k, con in enumerate(leaf.definition.constraints):
+                back[temp_constraint(leaf_id, k)] = con.name
     for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
         text = text.replace(temp, back[temp])
     return text

@@ -18,7 +18,12 @@ from psycopg import sql as psql
 
 from airflow_pg_bulk import runner, sql, steps
 from airflow_pg_bulk.driver import connect as connect_driver
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import (
+    BadDataError,
+    ConstraintViolationError,
+    LoadRefusedError,
+    TransientLoadError,
+)
 from airflow_pg_bulk.plan import LoadRequest
 
 COLUMNS = ["id", "day", "region", "site", "value", "note"]
@@ -517,4 +522,22 @@ def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db,
             pg_dsn, db.table("events"), str(bad), mode="replace_partitions", columns=["day", "note"]
         )
     assert "_pgbulk_" not in str(failed.value)
+    assert leftovers(db) == []
+
+
+def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_untouched(
+    db, pg_dsn, tmp_path
+):
+    """As a plain COPY into the target would fail: the duplicate key is found when the
+    partition's primary key is built; the message names the target's own constraint."""
+    setup_target(db, "range")
+    data = loaded_rows(db, "range", "replace_partitions")
+    path = write_csv(tmp_path / "load.csv", [*data, data[3]])
+    before = _snapshot(db)
+    with pytest.raises(ConstraintViolationError) as failed:
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+    message = str(failed.value)
+    assert "readings_p" in message and "_pkey" in message and f"({data[3][0]}," in message, message
+    assert "_pgbulk_" not in message, message
+    assert _snapshot(db) == before
     assert leftovers(db) == []
