@@ -279,6 +279,17 @@ def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
     assert _snapshot(db) == before
     assert leftovers(db) == []
 
+    # with on_error="reject", it is set aside like a bad value and the rest loads
+    summary = runner.load(
+        pg_dsn, db.table("readings"), str(path), mode="replace_partitions",
+        on_error="reject", max_rejects=1,
+    )  # fmt: skip
+    assert (summary.rows, summary.rejects) == (len(data), 1)
+    assert db.run(psql.SQL("SELECT line, error FROM {}").format(db.ident("pgbulk_rejects"))) == [
+        (51, 'no partition of relation "readings" found for row')
+    ]
+    assert leftovers(db) == []
+
 
 def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path):
     """Rows of no other partition go to the DEFAULT one, which is then replaced like any."""
