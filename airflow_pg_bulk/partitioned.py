@@ -20,8 +20,10 @@ then ONE transaction, under ``lock_timeout`` (the parent locked ``ACCESS EXCLUSI
 tries, as a replace's swap does): for each, ``DETACH`` and drop the old partition, give the
 new table the old one's name, owner, grants, comments and options, ``ATTACH`` it (its CHECK
 lets ATTACH skip the scan; the equivalent indexes and foreign keys are adopted), drop the
-CHECK; the load is noted finalized; COMMIT. The partitions are built one after another on the
-one connection (parallel builds are not done yet).
+CHECK; the load is noted finalized; COMMIT. finalize builds the partitions one after another
+on its connection; in one process (:func:`airflow_pg_bulk.runner.load`, the CLI) they are
+built before it, several at once on sessions of their own (:func:`build_in_parallel`), and
+finalize finds them built.
 
 - ``replace_partitions``: every partition that received a row is swapped; the others are not
   touched (same relfilenode, same rows);
@@ -39,11 +41,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any
 
-from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql
+from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql, translate
 from airflow_pg_bulk.codes import Persistence
-from airflow_pg_bulk.driver import execute, scalar, server_version
+from airflow_pg_bulk.driver import (
+    close_cancelling,
+    execute,
+    rollback_quietly,
+    scalar,
+    server_version,
+)
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning
@@ -121,11 +133,7 @@ def finalize_partitioned(
     history.refuse_overwriting_newer(conn, plan)
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     with clock.phase("check"):
-        loaded = [
-            n
-            for n in range(len(parts.leaves))
-            if scalar(conn, sql.has_rows(t.schema, naming.staging_partition(plan.load_id, n)))
-        ]
+        loaded = _loaded(conn, plan)
         if not plan.staging_logged:  # a crash may have emptied some unlogged partitions
             staged = sum(
                 scalar(conn, sql.count_rows(t.schema, naming.staging_partition(plan.load_id, n)))
@@ -190,6 +198,77 @@ def finalize_partitioned(
         len(inserted),
         f", {len(leaves) - len(loaded)} emptied" if plan.mode == "replace" else "",
     )
+
+
+def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> float:
+    """In one process, between the COPYs and finalize: build the partitions finalize will
+    swap in, up to ``jobs`` at once, each on a session of its own (``connect``); finalize then
+    finds them built and goes straight to the swap (each build step is committed and
+    skipped when found done). Nothing here touches the target. Returns the seconds taken
+    (0: nothing to build side by side: fewer than two partitions, or the load finalized)."""
+    if not partitioned_staging(plan) or jobs < 2:
+        return 0.0
+    started = time.perf_counter()
+    with _session(connect, plan, "build") as conn:
+        if any(row[0] == sql.FINALIZED for row in execute(conn, _ledger(plan))):
+            return 0.0
+        swapped = _to_swap(conn, plan, _loaded(conn, plan))
+        conn.commit()
+    if len(swapped) < 2:
+        return 0.0
+
+    def build(number: int) -> None:
+        with _session(connect, plan, "build", number) as conn:
+            try:
+                _build_leaf(conn, plan, number, PhaseClock())
+            except BaseException as exc:
+                rollback_quietly(conn)
+                raise translate.finalize_error(exc, plan) from exc
+
+    workers = min(jobs, len(swapped))
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for done in [pool.submit(build, n) for n in swapped]:
+            done.result()
+    seconds = time.perf_counter() - started
+    log.info(
+        "Load %s: %d partitions of %s built on %d sessions at once in %.2f s",
+        plan.load_id,
+        len(swapped),
+        plan.target.qualified,
+        workers,
+        seconds,
+    )
+    return seconds
+
+
+@contextmanager
+def _session(
+    connect: Callable[[], Any], plan: LoadPlan, what: str, index: int | None = None
+) -> Iterator[Any]:
+    from airflow_pg_bulk.steps import start_session  # (steps imports this module)
+
+    conn = connect()
+    try:
+        start_session(conn, naming.application_name(plan.load_id, what, index))
+        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout))
+        execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
+        conn.commit()
+        yield conn
+    finally:
+        close_cancelling(conn)
+
+
+def _ledger(plan: LoadPlan) -> sql.Composable:
+    return sql.ledger_rows(plan.target.schema, plan.ledger_table)
+
+
+def _loaded(conn: Any, plan: LoadPlan) -> list[int]:
+    """The leaves whose staging partition received rows."""
+    return [
+        n
+        for n in range(len(_parts(plan).leaves))
+        if scalar(conn, sql.has_rows(plan.target.schema, naming.staging_partition(plan.load_id, n)))
+    ]
 
 
 def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:

@@ -8,6 +8,7 @@ multi-level target is refused."""
 from __future__ import annotations
 
 import datetime
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -245,20 +246,26 @@ def _snapshot(db: Any) -> tuple[Any, ...]:
     )
 
 
-def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, pg_dsn, tmp_path):
-    """On psycopg2 (most tests here use psycopg 3), the daily reload: the same load twice gives the
-    same table."""
+def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, pg_dsn, tmp_path, caplog):
+    """On psycopg2 (most tests here use psycopg 3), the daily reload: the same load twice
+    gives the same table. In one process the partitions are built side by side, each on a
+    session of its own, before finalize (which then finds them built)."""
     setup_target(db, "range")
     path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
     expected = reference(db, "range", "replace_partitions", path)
     for _ in range(2):
-        runner.load(
-            lambda: connect_driver(pg_dsn, "psycopg2"),
-            db.table("readings"),
-            str(path),
-            mode="replace_partitions",
-        )
+        with caplog.at_level(logging.INFO, logger="airflow_pg_bulk"):
+            summary = runner.load(
+                lambda: connect_driver(pg_dsn, "psycopg2"),
+                db.table("readings"),
+                str(path),
+                mode="replace_partitions",
+                jobs=2,
+            )
         assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+        assert summary.seconds["build_partitions"] > 0
+    built = [r.getMessage() for r in caplog.records if "built on" in r.getMessage()]
+    assert len(built) == 2 and all("2 partitions of" in m and "2 sessions" in m for m in built)
     assert leftovers(db) == []
 
 
@@ -550,8 +557,8 @@ def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_un
     data = loaded_rows(db, "range", "replace_partitions")
     path = write_csv(tmp_path / "load.csv", [*data, data[3]])
     before = _snapshot(db)
-    with pytest.raises(ConstraintViolationError) as failed:
-        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+    with pytest.raises(ConstraintViolationError) as failed:  # (partitions built side by side)
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions", jobs=2)
     message = str(failed.value)
     assert "readings_p" in message and "_pkey" in message and f"({data[3][0]}," in message, message
     assert "_pgbulk_" not in message, message
