@@ -50,9 +50,7 @@ def split_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
 
 
-def capture(
-    conn: Any, schema: str, table: str, *, as_partition: bool = False
-) -> TargetDefinition:
+def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -> TargetDefinition:
     """Read the target's definition in the current transaction (search_path pinned).
 
     A partitioned target (one level of declarative partitioning) is captured with each leaf

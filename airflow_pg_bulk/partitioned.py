@@ -202,10 +202,11 @@ def finalize_partitioned(
 
 def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> float:
     """In one process, between the COPYs and finalize: build the partitions finalize will
-    swap in, up to ``jobs`` at once, each on a session of its own (``connect``); finalize then
-    finds them built and goes straight to the swap (each build step is committed and
-    skipped when found done). Nothing here touches the target. Returns the seconds taken
-    (0: nothing to build side by side: fewer than two partitions, or the load finalized)."""
+    swap in (detach, indexes, constraints), up to ``jobs`` at once, each on a session of its
+    own (``connect``); finalize then finds them built, ANALYZEs them and swaps them in (each
+    build step is committed and skipped when found done). Nothing here touches the target.
+    Returns the seconds taken (0: nothing to build side by side: fewer than two partitions,
+    or the load finalized)."""
     if not partitioned_staging(plan) or jobs < 2:
         return 0.0
     started = time.perf_counter()
@@ -217,10 +218,16 @@ def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> 
     if len(swapped) < 2:
         return 0.0
 
+    # ANALYZE is left to finalize: it cannot tell whether a table was analyzed, and would
+    # analyze it again (indexes and constraints it finds built)
+    unanalyzed = dataclasses.replace(
+        plan, settings=dataclasses.replace(plan.settings, analyze=False)
+    )
+
     def build(number: int) -> None:
         with _session(connect, plan, "build", number) as conn:
             try:
-                _build_leaf(conn, plan, number, PhaseClock())
+                _build_leaf(conn, unanalyzed, number, PhaseClock())
             except BaseException as exc:
                 rollback_quietly(conn)
                 raise translate.finalize_error(exc, plan) from exc
