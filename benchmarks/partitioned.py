@@ -214,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    if argv is None:  # the command line (a caller such as the tests keeps its own logging)
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     wanted = args.methods.split(",")
     if set(wanted) - set(METHODS):
         p.error(f"methods are {', '.join(METHODS)}")
