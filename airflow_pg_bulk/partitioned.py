@@ -48,7 +48,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql, translate
-from airflow_pg_bulk.codes import Persistence
+from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.driver import (
     close_cancelling,
     execute,
@@ -289,7 +289,9 @@ def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:
             t.table,
             naming.staging_partition(plan.load_id, number),
             plan.columns,
-            override_identity=False,
+            override_identity=any(
+                c.identity == Identity.ALWAYS and c.name in plan.columns for c in t.columns
+            ),
         ),
     )
 

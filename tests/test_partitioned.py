@@ -539,6 +539,10 @@ def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db,
     assert db.run(psql.SQL("SELECT id, note FROM {} ORDER BY id").format(t)) == [
         (2, "b"), (3, "x"), (4, "y"), (5, "after"),
     ]  # fmt: skip
+    # an append of rows that carry their identity values, into a partition that has rows
+    more = write_csv(tmp_path / "more.csv", [(100, "2024-02-10", "given")])
+    runner.load(pg_dsn, db.table("events"), str(more), mode="append")
+    assert db.scalar(psql.SQL("SELECT note FROM {} WHERE id = 100").format(t)) == "given"
     bad = write_csv(tmp_path / "bad.csv", [("2024-01-07", "x"), ("2024-01-08", None)])
     with pytest.raises(BadDataError, match=r"bad.csv line 2.*events_0") as failed:
         runner.load(
