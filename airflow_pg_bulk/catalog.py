@@ -14,7 +14,9 @@ from airflow_pg_bulk.plan import (
     ConstraintDef,
     Grant,
     IndexDef,
+    LeafPartition,
     OwnedSequence,
+    Partitioning,
     ReferencingKey,
     TargetDefinition,
     TriggerDef,
@@ -48,14 +50,24 @@ def split_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
 
 
-def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
-    """Read the target's definition in the current transaction (search_path pinned)."""
+def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -> TargetDefinition:
+    """Read the target's definition in the current transaction (search_path pinned).
+
+    A partitioned target (one level of declarative partitioning) is captured with each leaf
+    partition's own definition (see :func:`capture_partitioning`); ``as_partition``: the
+    table is such a leaf, captured as a part of its parent's definition."""
     execute(conn, sql.pin_search_path())
     rows = execute(conn, sql.find_table(schema, table))
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
     oid, relkind, persistence, owner, reloptions, is_partition, rls, comment, inherits = rows[0]
-    if relkind != RelKind.TABLE:
+    partitioned = relkind == RelKind.PARTITIONED and not as_partition
+    if partitioned and is_partition:
+        raise LoadRefusedError(
+            f"target {schema}.{table} is itself a partition of a partitioned table; "
+            "load into its top-level parent (multi-level partitioning is not supported)"
+        )
+    if relkind != RelKind.TABLE and not partitioned:
         kinds = {
             RelKind.PARTITIONED: "a partitioned table",
             RelKind.VIEW: "a view",
@@ -127,9 +139,9 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
                 "would have to drop it; refresh it after an append instead)"
             )
     blockers = [row[0] for row in execute(conn, sql.unsupported_dependents(oid))]
-    if is_partition:
+    if is_partition and not as_partition:
         problems.append("it is a partition of a partitioned table")
-    if inherits:
+    if inherits and not partitioned and not as_partition:
         problems.append("it takes part in table inheritance")
     if rls:
         problems.append("it has row-level security enabled")
@@ -152,7 +164,50 @@ def capture(conn: Any, schema: str, table: str) -> TargetDefinition:
         comment=comment,
         column_comments=column_comments,
         unsupported=tuple(problems),
+        partitioning=capture_partitioning(conn, oid, schema, table, triggers)
+        if partitioned
+        else None,
     )
+
+
+def capture_partitioning(
+    conn: Any, oid: int, schema: str, table: str, triggers: tuple[TriggerDef, ...]
+) -> Partitioning:
+    """The key and leaf partitions of a partitioned target, each leaf's own definition, and
+    what a partition-wise load cannot carry over. Refuses a sub-partitioned (multi-level)
+    target and a foreign-table partition."""
+    key = scalar(conn, sql.partition_key(oid))
+    leaves = []
+    problems = []
+    inherited_triggers = {trigger.name for trigger in triggers}
+    for leaf_schema, name, relkind, bound, constraint in execute(conn, sql.leaf_partitions(oid)):
+        if relkind == RelKind.PARTITIONED:
+            raise LoadRefusedError(
+                f"target {schema}.{table} is partitioned on more than one level (its partition "
+                f"{leaf_schema}.{name} is partitioned too); multi-level partitioning is not "
+                "supported: load each sub-partitioned partition as its own target"
+            )
+        if relkind != RelKind.TABLE:
+            raise LoadRefusedError(
+                f"partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
+                "(a foreign table?); only plain-table partitions are supported"
+            )
+        leaf = capture(conn, leaf_schema, name, as_partition=True)
+        where = f"its partition {leaf_schema}.{name}"
+        if leaf_schema != schema:
+            problems.append(f"{where} is in another schema")
+        problems.extend(f"{where}: {problem}" for problem in leaf.unsupported)
+        problems.extend(f"view {view} reads {where}" for view in leaf.dependent_views)
+        problems.extend(
+            f"{where} has a trigger of its own ({trigger.name})"
+            for trigger in leaf.triggers
+            if trigger.name not in inherited_triggers
+        )
+        if leaf.referencing_keys:
+            problems.append(f"foreign keys reference {where}")
+        leaves.append(LeafPartition(bound, constraint, leaf))
+    execute(conn, sql.pin_search_path())  # (capture of each leaf pinned it too)
+    return Partitioning(key, tuple(leaves), tuple(problems))
 
 
 def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) -> None:
@@ -160,7 +215,7 @@ def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) ->
     a privilege the load needs (see the README's privileges table)."""
     owner, insert, create, role, update = execute(conn, sql.loader_privileges(target.oid))[0]
     name = target.qualified
-    if mode == "replace" and not owner:
+    if mode in ("replace", "replace_partitions") and not owner:
         raise LoadRefusedError(
             f"replace of {name} needs the role {role} to own it (its owner is {target.owner}; "
             f"e.g. GRANT {target.owner} TO {role}); or use mode='append'"
@@ -180,6 +235,23 @@ def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) ->
 
 def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
     """Raise :class:`LoadRefusedError` when ``mode`` cannot keep the target intact."""
+    parts = target.partitioning
+    if mode == "replace_partitions" and parts is None:
+        raise LoadRefusedError(
+            f"replace_partitions needs a partitioned target; {target.qualified} is a plain "
+            "table (use mode='replace')"
+        )
+    if parts is not None:
+        problems = list(parts.unsupported)
+        if target.referencing_keys:
+            problems.append("foreign keys reference it")
+        if mode in ("replace", "replace_partitions") and problems:
+            raise LoadRefusedError(
+                f"{mode} of the partitioned {target.qualified} refused before anything "
+                "changed: " + "; ".join(problems) + ". Its partitions are replaced by "
+                "tables built beside them, which cannot carry these over"
+            )
+        return
     if mode == "replace" and target.unsupported:
         raise LoadRefusedError(
             f"replace of {target.qualified} refused before anything changed: "

@@ -1,7 +1,8 @@
 """``airflow-pg-bulk``: load files without a scheduler, or run the demo.
 
     airflow-pg-bulk [-q] load --conn DSN --table SCHEMA.TABLE --source PATH_OR_GLOB
-        --mode replace|append|upsert [--source ...] [one flag per load option] [--jobs N] [--json]
+        --mode replace|append|upsert|replace_partitions [--source ...] [one flag per load option]
+        [--jobs N] [--json]
     airflow-pg-bulk [-q] demo [--conn DSN] [--days D] [--meters M] [--partitions N] [--no-airflow]
                               [--executor {local,celery}] [--broker-url URL]
 

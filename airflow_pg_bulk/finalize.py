@@ -21,6 +21,7 @@ from airflow_pg_bulk import (
     locking,
     naming,
     offenders,
+    partitioned,
     planning,
     rebuild,
     sql,
@@ -72,6 +73,8 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
                 rows,
                 t.qualified,
             )
+        elif partitioned.partitioned_staging(plan):
+            partitioned.finalize_partitioned(conn, plan, clock, rows, nbytes, rejected)
         elif plan.mode == "replace":
             _finalize_replace(conn, plan, clock, rows, nbytes, rejected, sessions)
         elif plan.rebuilds:
@@ -490,9 +493,11 @@ def drop_retired(conn: Any, plan: LoadPlan) -> bool:
     return True
 
 
-def _restore_properties(conn: Any, t: TargetDefinition) -> None:
+def _restore_properties(conn: Any, t: TargetDefinition, *, triggers: bool = True) -> None:
+    """``t``'s triggers (unless ``triggers`` is false: a partition's come from its parent),
+    options, grants and comments on the table now named as ``t``."""
     schema, table = t.schema, t.table
-    for trigger in t.triggers:
+    for trigger in t.triggers if triggers else ():
         execute(conn, sql.execute_definition(trigger.definition))
         if trigger.enabled != TriggerState.ORIGIN:
             execute(conn, sql.set_trigger_state(schema, table, trigger.name, trigger.enabled))

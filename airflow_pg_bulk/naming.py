@@ -116,6 +116,22 @@ def source_order_sequence(load_id: str) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_order"
 
 
+def staging_partition(load_id: str, number: int) -> str:
+    """The staging partition for the target's ``number``-th leaf partition (by name)."""
+    return f"{PREFIX}{check_load_id(load_id)}_p{number}"
+
+
+def bound_check(load_id: str) -> str:
+    """The CHECK implying a staging partition's bound, dropped once it is attached."""
+    return f"{PREFIX}{check_load_id(load_id)}_bound"
+
+
+def leaf_load_id(load_id: str, number: int) -> str:
+    """A load id of its own for the ``number``-th leaf partition's build, so that the
+    temporary names of its indexes and constraints differ from the other leaves'."""
+    return load_id_for(check_load_id(load_id), "leaf", str(number))
+
+
 def run_objects_pattern(load_id: str) -> str:
     """A LIKE pattern matching every table this load created."""
     return f"\\_pgbulk\\_{check_load_id(load_id)}\\_%"
@@ -137,6 +153,15 @@ def original_names(plan: LoadPlan, text: str) -> str:
     back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
     back[plan.staging_table] = plan.target.table
     back[rebuilt_table(plan.load_id)] = plan.target.table
+    if plan.target.partitioning:  # staging partitions and what is built on them (each
+        # with its leaf's own load id: see leaf_load_id) take the target partitions' names
+        for number, leaf in enumerate(plan.target.partitioning.leaves):
+            back[staging_partition(plan.load_id, number)] = leaf.definition.table
+            leaf_id = leaf_load_id(plan.load_id, number)
+            for k, index in enumerate(leaf.definition.indexes):
+                back[temp_index(leaf_id, k)] = index.name
+            for k, con in enumerate(leaf.definition.constraints):
+                back[temp_constraint(leaf_id, k)] = con.name
     for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
         text = text.replace(temp, back[temp])
     return text

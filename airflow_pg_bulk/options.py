@@ -21,11 +21,13 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-MODES: tuple[str, ...] = ("replace", "append", "upsert")
+MODES: tuple[str, ...] = ("replace", "append", "upsert", "replace_partitions")
 MODE_HELP: dict[str, str] = {
     "replace": "the target ends up with exactly the loaded rows (the rows it holds are removed)",
     "append": "the loaded rows are added to the rows the target holds",
     "upsert": "a loaded row replaces the target's row with the same key, the others are added",
+    "replace_partitions": "on a partitioned target, each partition that receives a loaded row "
+    "ends up with exactly its loaded rows; the other partitions are not touched",
 }
 ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
 STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")
@@ -97,8 +99,9 @@ OPTIONS: tuple[LoadOption, ...] = (
         "mode", str, REQUIRED,
         "`replace`: the target ends up with exactly the loaded rows; `append`: the loaded rows "
         "are added to the target's rows; `upsert`: a loaded row replaces the loaded columns of "
-        "the target's row with the same `key`, the others are added (see Modes and their "
-        "guarantees)",
+        "the target's row with the same `key`, the others are added; `replace_partitions` (a "
+        "partitioned target): each partition that receives rows ends up with exactly them, the "
+        "others are not touched (see Modes and their guarantees, Partitioned targets)",
         "none: must be given", "request", choices=MODES, templated=True,
     ),
     LoadOption(
@@ -172,7 +175,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "staging_logged", bool, None,
         "staging persistence: a logged (true) or unlogged (false) staging table; see "
         "docs/tuning.md for the measurement behind the defaults",
-        "`True` for replace, `False` for append and upsert", "request",
+        "`True` for replace and replace_partitions, `False` for append and upsert", "request",
     ),
     LoadOption(
         "lock_timeout", str, "30s",

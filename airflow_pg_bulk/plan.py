@@ -16,8 +16,8 @@ from typing import Any, Literal, TypeVar
 
 from airflow_pg_bulk import options as load_options
 
-Mode = Literal["replace", "append", "upsert"]
-MODES: tuple[str, ...] = ("replace", "append", "upsert")
+Mode = Literal["replace", "append", "upsert", "replace_partitions"]
+MODES: tuple[str, ...] = load_options.MODES
 ON_DUPLICATE_KEY: tuple[str, ...] = load_options.ON_DUPLICATE_KEY
 STRATEGIES: tuple[str, ...] = load_options.STRATEGIES
 FORMATS: tuple[str, ...] = ("csv", "text", "parquet")
@@ -299,6 +299,8 @@ class TargetDefinition(PlainData):
     comment: str | None = None
     column_comments: dict[str, str] = field(default_factory=dict)
     unsupported: tuple[str, ...] = ()  # what a replace cannot carry over, in words
+    # a partitioned target: its key and leaf partitions (None: a plain table)
+    partitioning: Partitioning | None = None
 
     @property
     def qualified(self) -> str:
@@ -311,6 +313,33 @@ class TargetDefinition(PlainData):
         data.pop("oid")
         data.pop("dependent_views")
         return data
+
+
+@dataclass(frozen=True)
+class LeafPartition(PlainData):
+    """One leaf partition of a partitioned target, as captured by prepare.
+
+    :param bound: its bound as the server renders it (``FOR VALUES FROM (...) TO (...)``,
+        ``FOR VALUES IN (...)``, ``FOR VALUES WITH (...)``, ``DEFAULT``).
+    :param constraint: its partition constraint (``pg_get_partition_constraintdef``): the
+        CHECK that lets ATTACH PARTITION skip its scan; None for a lone DEFAULT partition.
+    :param definition: the partition's own definition (indexes, constraints, grants, owner,
+        comments), what a table swapped in for it is built with.
+    """
+
+    bound: str
+    constraint: str | None
+    definition: TargetDefinition
+
+
+@dataclass(frozen=True)
+class Partitioning(PlainData):
+    """A partitioned target's key (``pg_get_partkeydef``: ``RANGE (day)``) and leaves, and
+    what the partition-wise finalize cannot carry over, in words."""
+
+    key: str
+    leaves: tuple[LeafPartition, ...]
+    unsupported: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -462,15 +491,16 @@ class LoadRequest(PlainData):
     :param source: paths or globs of local/mounted files, or object-storage URLs and globs
         (``s3://bucket/prefix/*.csv.gz``); gzip content is read decompressed.
     :param copy: how the files are parsed (:class:`CopyOptions`).
-    :param mode: ``replace`` (the target ends up with exactly the loaded rows) or ``append``;
-        required (no default).
+    :param mode: ``replace`` (the target ends up with exactly the loaded rows), ``append``,
+        ``upsert`` or ``replace_partitions`` (a partitioned target); required (no default).
     :param partitions: how many partitions (parallel COPY tasks); default: one per
         ``partition_size`` of input, at most 16.
     :param partition_size: bytes of input per partition when ``partitions`` is not given.
     :param columns: the target columns the fields fill, in file order, when there is no header;
         default: every column that is not generated.
     :param staging_logged: force a logged (True) or unlogged (False) staging table; default:
-        logged for replace, unlogged for append and upsert (see docs/tuning.md).
+        logged for replace and replace_partitions, unlogged for append and upsert (see
+        docs/tuning.md).
     :param key: upsert: the columns that identify a row (a primary key or unique constraint or
         index of the target, exactly); default: the primary key.
     :param on_duplicate_key: upsert: ``last`` (the row latest in source order wins a key
@@ -519,7 +549,7 @@ class LoadRequest(PlainData):
             raise ValueError("key and on_duplicate_key apply to mode='upsert' only")
         if self.strategy not in STRATEGIES:
             raise ValueError(f"strategy must be one of {STRATEGIES}, not {self.strategy!r}")
-        if self.mode == "replace" and self.strategy != "auto":
+        if self.mode in ("replace", "replace_partitions") and self.strategy != "auto":
             raise ValueError("strategy applies to mode='append' and mode='upsert' only")
         if self.key is not None and not self.key:
             raise ValueError("key must name at least one column (or be left out: the primary key)")
@@ -536,7 +566,9 @@ class LoadRequest(PlainData):
         into the new table itself, as a replace does)."""
         if self.staging_logged is not None:
             return self.staging_logged
-        return self.mode == "replace" or (self.mode == "append" and strategy == "rebuild")
+        return self.mode in ("replace", "replace_partitions") or (
+            self.mode == "append" and strategy == "rebuild"
+        )
 
 
 _REQUEST_OPTIONS = tuple(n for n in load_options.in_group("request") if n != "columns")

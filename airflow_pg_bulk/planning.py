@@ -67,7 +67,9 @@ def staging_logged(
 ) -> bool:
     """Whether staging is a logged table; an unlogged target's replacement stays unlogged (an
     append that rebuilds COPYs into the table it swaps in, as a replace does)."""
-    swapped_in = request.mode == "replace" or (request.mode == "append" and strategy == "rebuild")
+    swapped_in = request.mode in ("replace", "replace_partitions") or (
+        request.mode == "append" and strategy == "rebuild"
+    )
     return request.staging_is_logged(strategy) and not (
         swapped_in and target.persistence == Persistence.UNLOGGED
     )
@@ -301,7 +303,7 @@ def build_plan(
         reject_table=reject_table(request, target.schema),
         logical_date=logical_date,
         upsert=upsert,
-        strategy="in_place" if request.mode == "replace" else strategy,
+        strategy="in_place" if request.mode in ("replace", "replace_partitions") else strategy,
     )
     return dataclasses.replace(plan, digest=plan_digest(plan))
 

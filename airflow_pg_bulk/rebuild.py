@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 
 def obstacle(conn: Any, target: TargetDefinition) -> str | None:
     """Why the target cannot be rebuilt and swapped (what a replace would refuse), or None."""
+    if target.partitioning is not None:
+        return "the target is partitioned (its partitions are loaded one by one instead)"
     owner, _insert, _create, role, _update = execute(conn, sql.loader_privileges(target.oid))[0]
     if not owner:
         return (
@@ -56,7 +58,7 @@ def obstacle(conn: Any, target: TargetDefinition) -> str | None:
 
 def resolve(conn: Any, request: LoadRequest, target: TargetDefinition, load_bytes: int) -> str:
     """prepare: the strategy of an append or upsert, by the cost model; logs why."""
-    if request.mode == "replace":
+    if request.mode in ("replace", "replace_partitions"):
         return "in_place"
     target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
     choice, why = planning.choose_strategy(

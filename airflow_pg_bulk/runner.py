@@ -4,6 +4,7 @@ and ad-hoc loads."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -11,7 +12,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_pg_bulk import fanout, figures, naming, steps
+from airflow_pg_bulk import fanout, figures, naming, partitioned, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.driver import close_cancelling, connect
 from airflow_pg_bulk.errors import BadDataError
@@ -147,8 +148,10 @@ def load(
         or a list of them.
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
-        columns of the target's row with the same ``key``, the others are added (see Modes and
-        their guarantees); default none: it must be given. (templated)
+        columns of the target's row with the same ``key``, the others are added;
+        ``replace_partitions`` (a partitioned target): each partition that receives rows ends up
+        with exactly them, the others are not touched (see Modes and their guarantees,
+        Partitioned targets); default none: it must be given. (templated)
     :param source_conn_id: Airflow connection that object-storage URLs in ``source``
         (``s3://bucket/prefix/*.csv.gz``) are read with: an ``aws`` connection for ``s3://``,
         its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
@@ -185,7 +188,7 @@ def load(
         ``auto``.
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
-        replace, ``False`` for append and upsert.
+        replace and replace_partitions, ``False`` for append and upsert.
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
         the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
@@ -232,9 +235,14 @@ def load(
         workers = jobs or min(len(plan.partitions), 4)
         run_plan(factory, plan, workers)
         copies = figures.copy_span(main, plan)
+        built = partitioned.build_in_parallel(factory, plan, workers)
         name = naming.application_name(load_id, "finalize")
         steps.start_session(main, name)
         summary = steps.finalize(main, plan, fanout.Sessions(factory, name))
+        if built:  # a phase of finalize's work, before finalize itself
+            summary = dataclasses.replace(
+                summary, seconds={"build_partitions": built, **summary.seconds}
+            )
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)

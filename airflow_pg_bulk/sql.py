@@ -143,7 +143,8 @@ def table_indexes(oid: int) -> Composed:
     return SQL(
         "SELECT ic.relname, i.indisunique, pg_get_indexdef(i.indexrelid),"
         " 'CREATE ' || CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END || 'INDEX '"
-        "   || quote_ident(ic.relname) || ' ON ' || quote_ident(n.nspname) || '.'"
+        "   || quote_ident(ic.relname) || ' ON '"
+        "   || CASE WHEN c.relkind = 'p' THEN 'ONLY ' ELSE '' END || quote_ident(n.nspname) || '.'"
         "   || quote_ident(c.relname) || ' USING ',"
         " con.conname, con.contype::text, obj_description(ic.oid, 'pg_class')"
         " FROM pg_index i"
@@ -454,10 +455,12 @@ def relation_exists(schema: str, name: str) -> Composed:
 
 
 def relation_size(schema: str, name: str) -> Composed:
-    """Size of a table's main fork in bytes (0 after a crash emptied an unlogged table)."""
-    return SQL("SELECT pg_relation_size({}::regclass)").format(
-        Literal(Identifier(schema, name).as_string())
-    )
+    """Size of a table's main fork in bytes (0 after a crash emptied an unlogged table); of a
+    partitioned table, its partitions' together."""
+    return SQL(
+        "SELECT coalesce((SELECT sum(pg_relation_size(relid))"
+        " FROM pg_partition_tree({0}::regclass)), pg_relation_size({0}::regclass))"
+    ).format(Literal(Identifier(schema, name).as_string()))
 
 
 def copy_from_stdin(
@@ -898,9 +901,11 @@ def upsert_from_staging(
     latest_wins: bool,
     key_may_be_null: bool,
     override_identity: bool,
+    where: str | None = None,
 ) -> Composed:
     """Upsert in place: one ``INSERT … ON CONFLICT (key) DO UPDATE`` from staging, returning
-    (rows inserted, rows updated).
+    (rows inserted, rows updated). ``where``: only the staged rows that satisfy this
+    server-rendered expression (a partition's constraint: the upsert of one partition).
 
     ``latest_wins``: staging may hold a key more than once; only its row latest in source
     order (the largest :data:`SOURCE_ORDER`) is upserted (``DISTINCT ON``, which also feeds
@@ -914,7 +919,7 @@ def upsert_from_staging(
     updated = [c for c in columns if c not in key] or list(key[:1])
     return SQL(
         "WITH upserted AS (INSERT INTO {} AS target ({}){} SELECT {} FROM ({}) AS loaded"
-        " ON CONFLICT ({}) DO UPDATE SET {} RETURNING target.xmax = 0 AS inserted)"
+        "{} ON CONFLICT ({}) DO UPDATE SET {} RETURNING target.xmax = 0 AS inserted)"
         " SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted)"
         " FROM upserted"
     ).format(
@@ -923,6 +928,7 @@ def upsert_from_staging(
         SQL(" OVERRIDING SYSTEM VALUE" if override_identity else ""),
         _columns(columns),
         source,
+        SQL(" WHERE ({})").format(SQL(where)) if where else SQL(""),
         _columns(key),
         SQL(", ").join(
             SQL("{} = EXCLUDED.{}").format(Identifier(c), Identifier(c)) for c in updated
@@ -1245,3 +1251,109 @@ def check_fails(expression: str) -> Composed:
     """A CHECK constraint's failing rows: its expression, as ``pg_get_expr`` rendered it from
     the catalog, is false (NULL passes a check)."""
     return SQL("({}) IS FALSE").format(SQL(expression))
+
+
+# --- partitioned targets (see airflow_pg_bulk/partitioned.py) --------------------------------
+
+
+def partition_key(oid: int) -> Composed:
+    """A partitioned table's key as the server renders it (``RANGE (day)``)."""
+    return SQL("SELECT pg_get_partkeydef({})").format(Literal(oid))
+
+
+def leaf_partitions(oid: int) -> Composed:
+    """A partitioned table's direct partitions: schema, name, relkind, bound, partition
+    constraint (NULL for a lone DEFAULT partition), ordered by name."""
+    return SQL(
+        "SELECT n.nspname, c.relname, c.relkind::text, pg_get_expr(c.relpartbound, c.oid),"
+        " pg_get_partition_constraintdef(c.oid)"
+        " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE i.inhparent = {} ORDER BY c.relname"
+    ).format(Literal(oid))
+
+
+def create_partitioned_staging(
+    schema: str, staging: str, table: str, key: str, *, server_version: int
+) -> Composed:
+    """Staging partitioned like the target (``key``: :func:`partition_key`'s text): the
+    target's columns and defaults, no index or constraint; PostgreSQL routes each COPYed row."""
+    include = ["DEFAULTS", "GENERATED", "STORAGE"]
+    if server_version >= 140000:
+        include.append("COMPRESSION")
+    including = SQL(" ").join(SQL("INCLUDING " + word) for word in include)
+    return SQL("CREATE TABLE {} (LIKE {} {}) PARTITION BY {}").format(
+        _table(schema, staging), _table(schema, table), including, SQL(key)
+    )
+
+
+def create_partition_of(
+    schema: str, name: str, parent: str, bound: str, *, logged: bool
+) -> Composed:
+    """A staging partition with a target partition's bound (the server's rendering)."""
+    return SQL("CREATE {}TABLE {} PARTITION OF {} {} WITH (autovacuum_enabled = false)").format(
+        SQL("" if logged else "UNLOGGED "), _table(schema, name), _table(schema, parent), SQL(bound)
+    )
+
+
+def add_check(schema: str, table: str, name: str, expression: str) -> Composed:
+    """Add a CHECK constraint whose expression the server rendered
+    (``pg_get_partition_constraintdef``)."""
+    return SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK ({})").format(
+        _table(schema, table), Identifier(name), SQL(expression)
+    )
+
+
+def default_from_sequence(
+    schema: str, table: str, column: str, sequence: tuple[str, str]
+) -> Composed:
+    """A column's default drawn from a sequence (staging of a partitioned target: an identity
+    column not loaded takes its values from the target's own identity sequence)."""
+    return SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT nextval({}::regclass)").format(
+        _table(schema, table), Identifier(column), Literal(Identifier(*sequence).as_string())
+    )
+
+
+def detach_partition(schema: str, parent: str, name: str) -> Composed:
+    """Detach a partition (ACCESS EXCLUSIVE on the parent: run under lock_timeout)."""
+    return SQL("ALTER TABLE {} DETACH PARTITION {}").format(
+        _table(schema, parent), _table(schema, name)
+    )
+
+
+def attach_partition(schema: str, parent: str, name: str, bound: str) -> Composed:
+    """Attach a table as a partition; a valid CHECK implying the bound skips its scan, and
+    equivalent indexes and foreign keys are adopted."""
+    return SQL("ALTER TABLE {} ATTACH PARTITION {} {}").format(
+        _table(schema, parent), _table(schema, name), SQL(bound)
+    )
+
+
+def partition_of(schema: str, name: str) -> Composed:
+    """The parent of a partition (schema, name), or no row."""
+    return SQL(
+        "SELECT pn.nspname, p.relname FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent"
+        " JOIN pg_namespace pn ON pn.oid = p.relnamespace WHERE i.inhrelid = {}::regclass"
+    ).format(Literal(Identifier(schema, name).as_string()))
+
+
+def has_rows(schema: str, table: str) -> Composed:
+    """Whether a table holds at least one row."""
+    return SQL("SELECT EXISTS (SELECT FROM {})").format(_table(schema, table))
+
+
+def truncate(schema: str, table: str) -> Composed:
+    """Empty a table (ACCESS EXCLUSIVE on it)."""
+    return SQL("TRUNCATE {}").format(_table(schema, table))
+
+
+def unrouted_row(
+    schema: str, staging: str, columns: Sequence[str], bounds: Sequence[str]
+) -> Composed:
+    """One staged row that satisfies none of the partitions' constraints (``bounds``, rendered
+    by the server), as text, or no row."""
+    return SQL("SELECT ({})::text FROM {} AS loaded WHERE NOT ({}) LIMIT 1").format(
+        _columns(columns),
+        _table(schema, staging),
+        SQL(" OR ").join(SQL("coalesce(({}), false)").format(SQL(b)) for b in bounds),
+    )

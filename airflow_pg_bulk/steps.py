@@ -21,6 +21,7 @@ from airflow_pg_bulk import (
     history,
     naming,
     parquet,
+    partitioned,
     planning,
     rebuild,
     records,
@@ -196,7 +197,9 @@ def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
 
 def _create_staging(conn: Any, plan: LoadPlan) -> None:
     t = plan.target
-    if plan.mode == "replace" or (plan.mode == "append" and plan.rebuilds):
+    if partitioned.partitioned_staging(plan):
+        partitioned.create_staging(conn, plan)
+    elif plan.mode == "replace" or (plan.mode == "append" and plan.rebuilds):
         # an append that rebuilds COPYs into the table it swaps in (see rebuild.py)
         version = scalar(conn, sql.server_version())
         execute(

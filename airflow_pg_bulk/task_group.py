@@ -77,8 +77,10 @@ def pg_bulk_load(
         (``s3://bucket/prefix/*.csv.gz``, read with ``source_conn_id``). (templated)
     :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
         loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
-        columns of the target's row with the same ``key``, the others are added (see Modes and
-        their guarantees); default none: it must be given. (templated)
+        columns of the target's row with the same ``key``, the others are added;
+        ``replace_partitions`` (a partitioned target): each partition that receives rows ends up
+        with exactly them, the others are not touched (see Modes and their guarantees,
+        Partitioned targets); default none: it must be given. (templated)
     :param source_conn_id: Airflow connection that object-storage URLs in ``source``
         (``s3://bucket/prefix/*.csv.gz``) are read with: an ``aws`` connection for ``s3://``,
         its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
@@ -115,7 +117,7 @@ def pg_bulk_load(
         ``auto``.
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
-        replace, ``False`` for append and upsert.
+        replace and replace_partitions, ``False`` for append and upsert.
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
         the load's own tables in prepare, finalize and cleanup; default ``30s``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;

@@ -80,19 +80,30 @@ def finalize_upsert(
                 )
         if not latest_wins:
             _refuse_duplicates(conn, plan)
-        inserted, updated = execute(
-            conn,
-            sql.upsert_from_staging(
-                t.schema,
-                t.table,
-                plan.staging_table,
-                plan.columns,
-                spec.key,
-                latest_wins=latest_wins,
-                key_may_be_null=spec.key_may_be_null,
-                override_identity=spec.override_identity,
-            ),
-        )[0]
+        # a partitioned target: partition by partition (RETURNING cannot read xmax through
+        # the parent), each leaf taking the staged rows its partition constraint admits
+        leaves = t.partitioning.leaves if t.partitioning else ()
+        if leaves:
+            _refuse_unrouted(conn, plan)
+        inserted = updated = 0
+        for table, where in [(leaf.definition.table, leaf.constraint) for leaf in leaves] or [
+            (t.table, None)
+        ]:
+            added, changed = execute(
+                conn,
+                sql.upsert_from_staging(
+                    t.schema,
+                    table,
+                    plan.staging_table,
+                    plan.columns,
+                    spec.key,
+                    latest_wins=latest_wins,
+                    key_may_be_null=spec.key_may_be_null,
+                    override_identity=spec.override_identity,
+                    where=where,
+                ),
+            )[0]
+            inserted, updated = inserted + added, updated + changed
         history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
     log.info(
@@ -134,3 +145,22 @@ def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
         + f". Nothing of this load reached {t.qualified}; use on_duplicate_key='last' to keep "
         "the row latest in source order"
     )
+
+
+def _refuse_unrouted(conn: Any, plan: LoadPlan) -> None:
+    """A partitioned target: refuse a staged row that no partition takes, naming it."""
+    t = plan.target
+    assert t.partitioning is not None
+    bounds = [leaf.constraint for leaf in t.partitioning.leaves]
+    if any(b is None for b in bounds):  # a lone DEFAULT partition takes every row
+        return
+    found = execute(
+        conn, sql.unrouted_row(t.schema, plan.staging_table, plan.columns, [b for b in bounds if b])
+    )
+    if found:
+        conn.rollback()
+        raise BadDataError(
+            f"upsert into the partitioned {t.qualified}: no partition of it takes the loaded "
+            f"row {found[0][0]} ({', '.join(plan.columns)}). Nothing of this load reached "
+            f"{t.qualified}"
+        )

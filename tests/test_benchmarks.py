@@ -62,3 +62,17 @@ def test_quick_run_loads_every_row_by_every_method(pg_dsn: str, tmp_path: Path) 
                 assert method.key in proc.stdout
     for workload in ("A", "B", "C"):
         assert f"## {workload}: " in text
+
+
+def test_partitioned_benchmark_loads_the_same_rows_every_way(pg_dsn: str, tmp_path: Path) -> None:
+    """The partitioned benchmark at a tiny size (2 s): each method loads the same year."""
+    from benchmarks import partitioned
+
+    out = tmp_path / "partitioned.json"
+    code = partitioned.main(
+        ["--conn", pg_dsn, "--meters", "20", "--workdir", str(tmp_path), "--json", str(out)]
+    )
+    results = json.loads(out.read_text())["results"]
+    assert code == 0  # every method gave the same rows, a year of them
+    assert set(results) == set(partitioned.METHODS)
+    assert {r["rows"] for r in results.values()} == {20 * 365}

@@ -801,3 +801,34 @@ def test_disk_full_during_copy_fails_clearly_and_target_unchanged(
         assert not db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("pgbulk_loads")))
     finally:
         conn.close()
+
+
+def test_crash_empties_unlogged_staging_partitions_and_partitioned_finalize_refuses(
+    own_server, own_db, tmp_path
+):
+    """A partitioned target's append stages into unlogged partitions: a crash after the COPYs
+    committed empties them; finalize refuses (the ledger's rows are not there), the target
+    as it was, and cleanup drops the staging partitions."""
+    from test_partitioned import COLUMNS, loaded_rows, setup_target
+
+    db = own_db
+    setup_target(db, "range")
+    db.run(sql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))  # one swapped, one inserted
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "append"))
+    old = db.checksum("readings", ", ".join(COLUMNS))
+    request = LoadRequest(mode="append", table=db.table("readings"), source=(str(path),))
+    conn = open_connection(db.dsn)
+    plan = steps.prepare(conn, request, naming.new_load_id())
+    conn.close()
+    assert not plan.staging_logged
+    copy(db, plan, *(p.index for p in plan.partitions))
+    wait_wal_flushed(db)
+
+    own_server.crash_restart()
+    reconnect(db)
+
+    error = finalize_and_cleanup(db, plan)
+    assert isinstance(error, IncompleteLoadError), repr(error)
+    assert "crash" in str(error)
+    assert db.checksum("readings", ", ".join(COLUMNS)) == old
+    assert leftovers(db) == []

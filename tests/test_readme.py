@@ -42,6 +42,8 @@ def kind(language: str, code: str) -> str:
     if language == "python":
         if 'format="parquet"' in code:
             return "parquet"
+        if "replace_partitions" in code:
+            return "partitioned"
         hand_wired = "Operator(" in code or "Operator.partial(" in code
         return "dag" if "@dag" in code or "DAG(" in code or hand_wired else "python"
     if language == "bash":
@@ -77,6 +79,7 @@ def test_every_block_is_known():
         "celery-demo",
         "s3",
         "parquet",
+        "partitioned",
     }
 
 
@@ -324,3 +327,45 @@ def test_airflow_block_runs_the_dag_block(airflow_db, warehouse, tmp_path):
     assert done.returncode == 0, (done.stdout + done.stderr)[-4000:]
     assert loaded(warehouse), (done.stdout + done.stderr)[-4000:]
     assert "3,000 rows in" in done.stdout + done.stderr
+
+
+def test_partitioned_block_runs(warehouse, capsys):
+    """The partitioned block on a table partitioned by month: the month the README's files
+    fall in holds exactly their rows, the other month keeps its rows and its file."""
+    from psycopg import sql as psql
+
+    (code,) = [c for c in blocks("python") if kind("python", c) == "partitioned"]
+    db = warehouse
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id bigint, meter_id bigint REFERENCES {}, reading double precision,"
+            " date date, PRIMARY KEY (id, date)) PARTITION BY RANGE (date)"
+        ).format(db.ident("readings_by_month"), db.ident("meters"))
+    )
+    for month in (2, 3):
+        start = f"2019-{month:02d}-01"
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                db.ident(f"readings_2019_{month:02d}"),
+                db.ident("readings_by_month"),
+                psql.Literal(start),
+                psql.Literal(f"2019-{month + 1:02d}-01"),
+            )
+        )
+        db.run(
+            psql.SQL("INSERT INTO {} VALUES (1, 1, 0.5, %s), (2, 2, 0.5, %s)").format(
+                db.ident("readings_by_month")
+            ),
+            start,
+            start,
+        )
+    march = db.ident("readings_2019_03").as_string()
+    before = db.checksum("readings_2019_03")
+    march_file = db.scalar("SELECT pg_relation_filenode(%s::regclass)", march)
+
+    exec(compile(localize(code, db).replace("public.", f"{db.schema}."), "README.md", "exec"), {})
+
+    assert "3,000 rows replaced" in capsys.readouterr().out
+    assert db.checksum("readings_2019_02") == db.checksum("reference")
+    assert db.checksum("readings_2019_03") == before
+    assert db.scalar("SELECT pg_relation_filenode(%s::regclass)", march) == march_file

@@ -1,0 +1,570 @@
+"""Partitioned targets (range, list, hash) on a real server: every mode gives what plain SQL
+computes; replace_partitions leaves the partitions that receive no row as they were (same
+relfilenode) and the replaced ones keep their catalog; a row in no partition names its file,
+line and value and leaves the target as it was; a DEFAULT partition takes such rows; a
+failure before the swap leaves the target as it was; cleanup drops everything; a
+multi-level target is refused."""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from helpers import catalog_snapshot, leftovers, write_csv
+from psycopg import sql as psql
+
+from airflow_pg_bulk import runner, sql, steps
+from airflow_pg_bulk.driver import connect as connect_driver
+from airflow_pg_bulk.errors import (
+    BadDataError,
+    ConstraintViolationError,
+    LoadRefusedError,
+    TransientLoadError,
+)
+from airflow_pg_bulk.plan import LoadRequest
+
+COLUMNS = ["id", "day", "region", "site", "value", "note"]
+KINDS = {
+    # kind: (partition key, primary key, the partitions' bounds)
+    "range": (
+        "RANGE (day)",
+        "id, day",
+        [f"FROM ('2024-{m:02d}-01') TO ('2024-{m + 1:02d}-01')" for m in range(1, 5)],
+    ),
+    "list": ("LIST (region)", "id, region", [f"IN ('{r}')" for r in "nsew"]),
+    "hash": ("HASH (id)", "id", [f"WITH (MODULUS 4, REMAINDER {r})" for r in range(4)]),
+}
+# the rows loaded fall into partitions 1 and 2 (of 0..3) only
+LOADED_PARTITIONS = (1, 2)
+DAY0 = datetime.date(2024, 1, 1)
+
+
+def _row(i: int, bump: int = 0) -> tuple[Any, ...]:
+    return (
+        i,
+        DAY0 + datetime.timedelta(days=i * 7 % 120),
+        "nsew"[i % 4],
+        i % 5 + 1,
+        f"{(i * 13 % 1000) / 10 + bump:.2f}",
+        f"note {i}",
+    )
+
+
+def make_target(
+    db: Any, name: str, kind: str, *, with_keys: bool = True, default: bool = False
+) -> None:
+    """``name`` partitioned by ``kind`` into ``name_p0`` .. ``name_p3`` (and ``name_other``,
+    the DEFAULT partition, with ``default``): a primary key with the partition key, an index,
+    a CHECK and a foreign key to ``sites``."""
+    key, pk, bounds = KINDS[kind]
+    extra = (
+        psql.SQL(
+            ", PRIMARY KEY ({}), CONSTRAINT {} CHECK (value >= 0),"
+            " CONSTRAINT {} FOREIGN KEY (site) REFERENCES {}"
+        ).format(
+            psql.SQL(pk),
+            psql.Identifier(f"{name}_value_ok"),
+            psql.Identifier(f"{name}_site_fk"),
+            db.ident("sites"),
+        )
+        if with_keys
+        else psql.SQL("")
+    )
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id integer NOT NULL, day date NOT NULL, region text NOT NULL,"
+            " site integer, value numeric(10,2), note text{}) PARTITION BY {}"
+        ).format(db.ident(name), extra, psql.SQL(key))
+    )
+    for n, bound in enumerate(bounds):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES {}").format(
+                db.ident(f"{name}_p{n}"), db.ident(name), psql.SQL(bound)
+            )
+        )
+    if default:
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(
+                db.ident(f"{name}_other"), db.ident(name)
+            )
+        )
+    if with_keys:
+        db.run(
+            psql.SQL("CREATE INDEX {} ON {} (site, day)").format(
+                psql.Identifier(f"{name}_site_day"), db.ident(name)
+            )
+        )
+
+
+def setup_target(db: Any, kind: str) -> None:
+    """``sites`` and ``readings`` (400 rows in all four partitions), ``readings_p1`` with a
+    grant, comments and an owner of its own."""
+    db.run(psql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(db.ident("sites")))
+    db.run(psql.SQL("INSERT INTO {} SELECT generate_series(1, 5)").format(db.ident("sites")))
+    make_target(db, "readings", kind)
+    _insert(db, "readings", [_row(i) for i in range(1, 401)])
+    role = f"{db.schema}_r"
+    db.create_role(role)
+    p1 = db.ident("readings_p1")
+    db.run(psql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(p1, psql.Identifier(role)))
+    db.run(psql.SQL("COMMENT ON TABLE {} IS 'partition one'").format(p1))
+    db.run(psql.SQL("ALTER TABLE {} OWNER TO {}").format(p1, psql.Identifier(role)))
+
+
+def _insert(db: Any, table: str, data: list[tuple[Any, ...]]) -> None:
+    with db.conn.cursor() as cur:
+        cur.executemany(
+            psql.SQL("INSERT INTO {} VALUES (%s, %s, %s, %s, %s, %s)").format(db.ident(table)),
+            data,
+        )
+
+
+def loaded_rows(db: Any, kind: str, mode: str) -> list[tuple[Any, ...]]:
+    """The rows a test loads: only into partitions 1 and 2 (the server says which rows go
+    where: a routing table partitioned like the target); overlapping the target's keys but
+    for an append; an upsert's have keys repeated later in the file with other values."""
+    first = 401 if mode == "append" else 300
+    candidates = [_row(i) for i in range(first, 701)]
+    make_target(db, "route", kind, with_keys=False)
+    _insert(db, "route", candidates)
+    wanted = {
+        row[0]
+        for n in LOADED_PARTITIONS
+        for row in db.run(psql.SQL("SELECT id FROM {}").format(db.ident(f"route_p{n}")))
+    }
+    db.run(psql.SQL("DROP TABLE {}").format(db.ident("route")))
+    data = [row for row in candidates if row[0] in wanted]
+    if mode == "upsert":
+        data += [_row(row[0], bump=1) for row in data[10:40]]
+    return data
+
+
+def reference(
+    db: Any, kind: str, mode: str, path: Path, *, default: bool = False
+) -> tuple[int, str]:
+    """What plain SQL makes of the target and the file in ``mode``: its checksum."""
+    key = KINDS[kind][1]
+    make_target(db, "ref", kind, with_keys=False, default=default)
+    db.run(
+        psql.SQL("INSERT INTO {} SELECT * FROM {}").format(db.ident("ref"), db.ident("readings"))
+    )
+    db.run(
+        psql.SQL("CREATE TABLE {} (LIKE {}, ord bigserial)").format(
+            db.ident("loaded"), db.ident("readings")
+        )
+    )
+    with (
+        db.conn.cursor() as cur,
+        cur.copy(
+            psql.SQL("COPY {} ({}) FROM STDIN (FORMAT csv)").format(
+                db.ident("loaded"), psql.SQL(", ".join(COLUMNS))
+            )
+        ) as copy,
+    ):
+        copy.write(path.read_bytes())
+    cols = psql.SQL(", ".join(COLUMNS))
+    insert = psql.SQL("INSERT INTO {} SELECT {} FROM {}").format(
+        db.ident("ref"), cols, db.ident("loaded")
+    )
+    if mode == "replace":
+        db.run(psql.SQL("TRUNCATE {}").format(db.ident("ref")))
+    if mode == "replace_partitions":
+        make_target(db, "route", kind, with_keys=False, default=default)
+        db.run(
+            psql.SQL("INSERT INTO {} SELECT {} FROM {}").format(
+                db.ident("route"), cols, db.ident("loaded")
+            )
+        )
+        for suffix in [f"p{n}" for n in range(4)] + (["other"] if default else []):
+            routed = psql.SQL("SELECT EXISTS (SELECT FROM {})").format(db.ident(f"route_{suffix}"))
+            if db.scalar(routed):
+                db.run(psql.SQL("TRUNCATE {}").format(db.ident(f"ref_{suffix}")))
+    if mode == "upsert":  # the loaded keys' rows go; the latest loaded row per key comes
+        match = psql.SQL(" AND ").join(
+            psql.SQL("r.{0} = l.{0}").format(psql.Identifier(c.strip())) for c in key.split(",")
+        )
+        db.run(
+            psql.SQL("DELETE FROM {} r USING {} l WHERE {}").format(
+                db.ident("ref"), db.ident("loaded"), match
+            )
+        )
+        insert = psql.SQL(
+            "INSERT INTO {} SELECT DISTINCT ON ({}) {} FROM {} ORDER BY {}, ord DESC"
+        ).format(db.ident("ref"), psql.SQL(key), cols, db.ident("loaded"), psql.SQL(key))
+    db.run(insert)
+    return db.checksum("ref", ", ".join(COLUMNS))
+
+
+def filenodes(db: Any) -> dict[str, int]:
+    return {
+        f"readings_p{n}": db.scalar(
+            "SELECT pg_relation_filenode(%s::regclass)", f'"{db.schema}"."readings_p{n}"'
+        )
+        for n in range(4)
+    }
+
+
+MODES = ["replace_partitions", "replace", "append", "upsert"]
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("mode", MODES)
+def test_each_mode_matches_plain_sql(db, pg_dsn, tmp_path, kind, mode):
+    setup_target(db, kind)
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, kind, mode))
+    expected = reference(db, kind, mode, path)
+    before = filenodes(db)
+    catalog_before = {name: catalog_snapshot(db, name) for name in before}
+
+    summary = runner.load(pg_dsn, db.table("readings"), str(path), mode=mode, partitions=2)
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert summary.rows == len(path.read_text().splitlines())
+    after = filenodes(db)
+    for n in range(4):
+        name = f"readings_p{n}"
+        swapped = n in LOADED_PARTITIONS and mode in ("replace_partitions", "replace")
+        if mode != "replace" and not swapped:
+            assert after[name] == before[name], name  # not rewritten
+        if swapped:
+            assert after[name] != before[name], name
+        # indexes, validated constraints, grants, comments, owner
+        assert catalog_snapshot(db, name) == catalog_before[name], name
+    assert leftovers(db) == []
+
+
+def _snapshot(db: Any) -> tuple[Any, ...]:
+    """The target's rows, its partitions' files and catalog: what 'as it was' means."""
+    return (
+        db.checksum("readings", ", ".join(COLUMNS)),
+        filenodes(db),
+        {f"readings_p{n}": catalog_snapshot(db, f"readings_p{n}") for n in range(4)},
+    )
+
+
+def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, pg_dsn, tmp_path, caplog):
+    """On psycopg2 (most tests here use psycopg 3), the daily reload: the same load twice
+    gives the same table. In one process the partitions are built side by side, each on a
+    session of its own, before finalize (which then finds them built)."""
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    expected = reference(db, "range", "replace_partitions", path)
+    for _ in range(2):
+        with caplog.at_level(logging.INFO, logger="airflow_pg_bulk"):
+            summary = runner.load(
+                lambda: connect_driver(pg_dsn, "psycopg2"),
+                db.table("readings"),
+                str(path),
+                mode="replace_partitions",
+                jobs=2,
+            )
+        assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+        assert summary.seconds["build_partitions"] > 0
+    built = [r.getMessage() for r in caplog.records if "built on" in r.getMessage()]
+    assert len(built) == 2 and all("2 partitions of" in m and "2 sessions" in m for m in built)
+    assert leftovers(db) == []
+
+
+def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
+    setup_target(db, "range")
+    data = loaded_rows(db, "range", "replace_partitions")
+    stray = (9999, datetime.date(2030, 5, 17), "n", 1, "1.00", "stray")
+    path = write_csv(tmp_path / "load.csv", [*data[:50], stray, *data[50:]])
+    before = _snapshot(db)
+
+    with pytest.raises(BadDataError) as failed:
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+
+    message = str(failed.value)
+    assert "load.csv line 51" in message, message
+    assert "2030-05-17" in message and "readings" in message and "_pgbulk_" not in message
+    assert failed.value.line == 51
+    assert _snapshot(db) == before
+    assert leftovers(db) == []
+
+    # with on_error="reject", it is set aside like a bad value and the rest loads
+    summary = runner.load(
+        pg_dsn, db.table("readings"), str(path), mode="replace_partitions",
+        on_error="reject", max_rejects=1,
+    )  # fmt: skip
+    assert (summary.rows, summary.rejects) == (len(data), 1)
+    assert db.run(psql.SQL("SELECT line, error FROM {}").format(db.ident("pgbulk_rejects"))) == [
+        (51, 'no partition of relation "readings" found for row')
+    ]
+    assert leftovers(db) == []
+
+
+def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path):
+    """Rows of no other partition go to the DEFAULT one, which is then replaced like any."""
+    setup_target(db, "range")
+    db.run(
+        psql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(
+            db.ident("readings_other"), db.ident("readings")
+        )
+    )
+    _insert(db, "readings", [(5000, datetime.date(2031, 1, 1), "n", 1, "2.00", "old")])
+    data = loaded_rows(db, "range", "replace_partitions")
+    late = [(6000 + i, datetime.date(2030, 1, 1 + i), "s", 2, "3.00", "late") for i in range(5)]
+    path = write_csv(tmp_path / "load.csv", [*data, *late])
+    expected = reference(db, "range", "replace_partitions", path, default=True)
+    before = filenodes(db)
+
+    runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert db.scalar(psql.SQL("SELECT count(*) FROM {}").format(db.ident("readings_other"))) == 5
+    after = filenodes(db)
+    assert [after[name] == before[name] for name in sorted(before)] == [
+        n not in LOADED_PARTITIONS for n in range(4)
+    ]
+    assert leftovers(db) == []
+
+
+STEPS = [
+    ("replace_partitions", "add_constraint"),  # its foreign key, after its indexes
+    ("replace_partitions", "validate_constraint"),
+    ("replace_partitions", "attach_partition"),  # in the swap's transaction
+    ("replace_partitions", "mark_finalized"),  # the swap's last statement before COMMIT
+    ("replace", "truncate"),  # emptying a partition that received no row
+    ("append", "insert_from_staging"),  # the in-place append into a non-empty partition
+    ("append", "attach_partition"),  # the empty partition's attach
+]
+
+
+def _start(db: Any, mode: str, tmp_path: Path) -> tuple[Path, tuple[int, str]]:
+    """The range target (partition 1 emptied for an append, so that both of its ways run),
+    the file, and what plain SQL makes of them."""
+    setup_target(db, "range")
+    if mode == "append":
+        db.run(psql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", mode))
+    return path, reference(db, "range", mode, path)
+
+
+@pytest.mark.parametrize(("mode", "step"), STEPS, ids=[f"{m}-{s}" for m, s in STEPS])
+def test_a_failure_at_each_step_leaves_the_target_and_finalize_retried_goes_on(
+    db, pg_dsn, tmp_path, monkeypatch, mode, step
+):
+    """finalize fails at ``step``: the target is as it was; finalize run again (what was
+    built is kept) loads exactly once; cleanup then drops everything the run made."""
+    path, expected = _start(db, mode, tmp_path)
+    before = _snapshot(db)
+    request = LoadRequest(mode=mode, table=db.table("readings"), source=(str(path),), partitions=2)
+    conn = connect_driver(pg_dsn)
+    plan = steps.prepare(conn, request, "a1b2c3d4e5f6")
+    for part in plan.partitions:
+        steps.copy_partition(conn, plan, part.index)
+    real = getattr(sql, step)
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(f"injected at {step}")
+
+    monkeypatch.setattr(sql, step, broken)
+    with pytest.raises(RuntimeError, match="injected"):
+        steps.finalize(conn, plan)
+    assert _snapshot(db) == before
+    monkeypatch.setattr(sql, step, real)
+
+    summary = steps.finalize(conn, plan)
+    assert summary.rows == len(path.read_text().splitlines())
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert leftovers(db) != []  # staging is cleanup's to drop
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert leftovers(db) == []
+
+
+def test_a_copy_retried_after_its_commit_loads_nothing_twice(db, pg_dsn, tmp_path):
+    path, expected = _start(db, "replace_partitions", tmp_path)
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
+    )
+    conn = connect_driver(pg_dsn, "psycopg2")
+    plan = steps.prepare(conn, request, "b1b2c3d4e5f6")
+    first = [steps.copy_partition(conn, plan, p.index) for p in plan.partitions]
+    again = [steps.copy_partition(conn, plan, p.index) for p in plan.partitions]
+    assert [r.skipped for r in first + again] == [False] * 2 + [True] * 2
+    steps.finalize(conn, plan)
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert leftovers(db) == []
+
+
+def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", [_row(1)])
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ('2025-01-01') TO ('2026-01-01')"
+            " PARTITION BY RANGE (day)"
+        ).format(db.ident("readings_2025"), db.ident("readings"))
+    )
+    with pytest.raises(LoadRefusedError, match=r"more than one level.*readings_2025"):
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+    with pytest.raises(LoadRefusedError, match="top-level parent"):
+        runner.load(pg_dsn, db.table("readings_2025"), str(path), mode="append")
+    with pytest.raises(LoadRefusedError, match="replace_partitions needs a partitioned target"):
+        runner.load(pg_dsn, db.table("sites"), str(path), mode="replace_partitions")
+    assert leftovers(db) == []
+
+
+def test_append_attaches_into_an_empty_partition_and_attach_skips_its_scan(db, pg_dsn, tmp_path):
+    """An empty partition that receives rows is swapped in by ATTACH (new relfilenode, same
+    catalog), whose scan the CHECK made while empty skips (the server says so at DEBUG1); a
+    partition that holds rows gets them in place (same relfilenode)."""
+    setup_target(db, "range")
+    db.run(psql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "append"))
+    expected = reference(db, "range", "append", path)
+    before = filenodes(db)
+    catalog_before = catalog_snapshot(db, "readings_p1")
+    notices: list[str] = []
+
+    def connect() -> Any:
+        conn = psycopg.connect(pg_dsn, options="-c client_min_messages=debug1")
+        conn.add_notice_handler(lambda diag: notices.append(diag.message_primary or ""))
+        return conn
+
+    runner.load(connect, db.table("readings"), str(path), mode="append")
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    after = filenodes(db)
+    assert [after[name] == before[name] for name in sorted(before)] == [True, False, True, True]
+    assert catalog_snapshot(db, "readings_p1") == catalog_before
+    implied = [m for m in notices if "is implied by existing constraints" in m]
+    assert implied == [
+        'partition constraint for table "readings_p1" is implied by existing constraints'
+    ], notices
+    assert leftovers(db) == []
+
+
+def test_upsert_refuses_a_row_in_no_partition(db, pg_dsn, tmp_path):
+    setup_target(db, "list")
+    stray = (9999, datetime.date(2024, 2, 2), "x", 1, "1.00", "stray")
+    path = write_csv(tmp_path / "load.csv", [_row(5), stray])
+    before = _snapshot(db)
+    with pytest.raises(BadDataError, match=r"no partition of it takes the loaded row.*9999"):
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="upsert")
+    assert _snapshot(db) == before
+    assert leftovers(db) == []
+
+
+def test_append_by_a_role_that_does_not_own_the_target_goes_in_place(db, pg_dsn, tmp_path):
+    """No ownership, INSERT on the parent only: every partition appended to in place (even
+    the empty one), through the parent."""
+    setup_target(db, "range")
+    db.run(psql.SQL("TRUNCATE {}").format(db.ident("readings_p1")))
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "append"))
+    expected = reference(db, "range", "append", path)
+    loader = f"{db.schema}_loader"
+    db.create_role(loader)
+    db.run(
+        psql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(
+            psql.Identifier(db.schema), psql.Identifier(loader)
+        )
+    )
+    db.run(
+        psql.SQL("GRANT SELECT, INSERT ON {} TO {}").format(
+            db.ident("readings"), psql.Identifier(loader)
+        )
+    )
+    before = filenodes(db)
+
+    runner.load(
+        lambda: psycopg.connect(pg_dsn, options=f"-c role={loader}"),
+        db.table("readings"),
+        str(path),
+        mode="append",
+    )
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert filenodes(db) == before
+    assert leftovers(db) == []
+
+
+def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
+    """A transaction reading the target holds the swap off: finalize gives up after
+    lock_timeout with a retryable error, the target as it was; the reader was never blocked."""
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    before = _snapshot(db)
+    with psycopg.connect(pg_dsn) as reader:
+        reader.execute(psql.SQL("SELECT count(*) FROM {}").format(db.ident("readings")))
+        with pytest.raises(TransientLoadError, match="lock"):
+            runner.load(
+                pg_dsn,
+                db.table("readings"),
+                str(path),
+                mode="replace_partitions",
+                lock_timeout="300ms",
+            )
+        reader.rollback()
+    assert _snapshot(db) == before
+    assert leftovers(db) == []
+
+
+def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db, pg_dsn, tmp_path):
+    """As an INSERT into the target would: the loaded rows draw from its identity sequence,
+    which goes on from there; an error in a staging partition names the target's partition."""
+    t = db.ident("events")
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id bigint GENERATED ALWAYS AS IDENTITY, day date NOT NULL,"
+            " note text NOT NULL, PRIMARY KEY (id, day)) PARTITION BY RANGE (day)"
+        ).format(t)
+    )
+    for n, (start, end) in enumerate((("2024-01-01", "2024-02-01"), ("2024-02-01", "2024-03-01"))):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                db.ident(f"events_{n}"), t, psql.Literal(start), psql.Literal(end)
+            )
+        )
+    db.run(
+        psql.SQL(
+            "INSERT INTO {} (day, note) VALUES ('2024-01-05', 'a'), ('2024-02-05', 'b')"
+        ).format(t)
+    )
+    path = write_csv(tmp_path / "load.csv", [("2024-01-07", "x"), ("2024-01-08", "y")])
+
+    runner.load(
+        pg_dsn, db.table("events"), str(path), mode="replace_partitions", columns=["day", "note"]
+    )
+    db.run(psql.SQL("INSERT INTO {} (day, note) VALUES ('2024-02-09', 'after')").format(t))
+
+    assert db.run(psql.SQL("SELECT id, note FROM {} ORDER BY id").format(t)) == [
+        (2, "b"), (3, "x"), (4, "y"), (5, "after"),
+    ]  # fmt: skip
+    # an append of rows that carry their identity values, into a partition that has rows
+    more = write_csv(tmp_path / "more.csv", [(100, "2024-02-10", "given")])
+    runner.load(pg_dsn, db.table("events"), str(more), mode="append")
+    assert db.scalar(psql.SQL("SELECT note FROM {} WHERE id = 100").format(t)) == "given"
+    bad = write_csv(tmp_path / "bad.csv", [("2024-01-07", "x"), ("2024-01-08", None)])
+    with pytest.raises(BadDataError, match=r"bad.csv line 2.*events_0") as failed:
+        runner.load(
+            pg_dsn, db.table("events"), str(bad), mode="replace_partitions", columns=["day", "note"]
+        )
+    assert "_pgbulk_" not in str(failed.value)
+    assert leftovers(db) == []
+
+
+def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_untouched(
+    db, pg_dsn, tmp_path
+):
+    """As a plain COPY into the target would fail: the duplicate key is found when the
+    partition's primary key is built; the message names the target's own constraint."""
+    setup_target(db, "range")
+    data = loaded_rows(db, "range", "replace_partitions")
+    path = write_csv(tmp_path / "load.csv", [*data, data[3]])
+    before = _snapshot(db)
+    with pytest.raises(ConstraintViolationError) as failed:  # (partitions built side by side)
+        runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions", jobs=2)
+    message = str(failed.value)
+    assert "readings_p" in message and "_pkey" in message and f"({data[3][0]}," in message, message
+    assert "_pgbulk_" not in message, message
+    assert _snapshot(db) == before
+    assert leftovers(db) == []

@@ -1,0 +1,86 @@
+"""The statements of partitioned targets, rendered without a connection: identifiers quoted,
+the server-rendered key, bounds and partition constraints taken as they are."""
+
+from __future__ import annotations
+
+from airflow_pg_bulk import naming, sql
+from airflow_pg_bulk.plan import (
+    Column,
+    ConstraintDef,
+    CopyOptions,
+    IndexDef,
+    LeafPartition,
+    LoadPlan,
+    Partitioning,
+    TargetDefinition,
+)
+
+
+def text(statement: sql.Composable) -> str:
+    return statement.as_string(None)
+
+
+def test_staging_partitioned_like_the_target() -> None:
+    assert text(
+        sql.create_partitioned_staging("s", "_st", "t", "RANGE (day)", server_version=150000)
+    ) == (
+        'CREATE TABLE "s"."_st" (LIKE "s"."t" INCLUDING DEFAULTS INCLUDING GENERATED'
+        " INCLUDING STORAGE INCLUDING COMPRESSION) PARTITION BY RANGE (day)"
+    )
+    assert text(
+        sql.create_partition_of("s", "p 1", "_st", "FOR VALUES IN ('a')", logged=False)
+    ) == (
+        'CREATE UNLOGGED TABLE "s"."p 1" PARTITION OF "s"."_st" FOR VALUES IN (\'a\')'
+        " WITH (autovacuum_enabled = false)"
+    )
+    assert text(sql.add_check("s", "p", "c", "(day IS NOT NULL)")) == (
+        'ALTER TABLE "s"."p" ADD CONSTRAINT "c" CHECK ((day IS NOT NULL))'
+    )
+
+
+def test_detach_and_attach() -> None:
+    assert (
+        text(sql.detach_partition("s", "t", "p")) == 'ALTER TABLE "s"."t" DETACH PARTITION "s"."p"'
+    )
+    assert text(sql.attach_partition("s", "t", "p", "DEFAULT")) == (
+        'ALTER TABLE "s"."t" ATTACH PARTITION "s"."p" DEFAULT'
+    )
+
+
+def test_upsert_of_one_partition_takes_the_rows_its_constraint_admits() -> None:
+    statement = text(
+        sql.upsert_from_staging(
+            "s", "t_p1", "stage", ["id", "v"], ["id"], latest_wins=False,
+            key_may_be_null=False, override_identity=False, where="(id >= 10)",
+        )
+    )  # fmt: skip
+    assert 'INSERT INTO "s"."t_p1" AS target' in statement
+    assert ') AS loaded WHERE ((id >= 10)) ON CONFLICT ("id")' in statement
+    unrouted = text(sql.unrouted_row("s", "stage", ["id"], ["(id < 10)", "(id >= 10)"]))
+    assert unrouted == (
+        'SELECT ("id")::text FROM "s"."stage" AS loaded'
+        " WHERE NOT (coalesce(((id < 10)), false) OR coalesce(((id >= 10)), false)) LIMIT 1"
+    )
+
+
+def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
+    leaf = TargetDefinition(
+        "s", "t_p0", 2, "o", "p", (Column("id", "integer", True),),
+        indexes=(IndexDef("t_p0_pkey", True, "btree (id)", "t_p0_pkey"),),
+        constraints=(ConstraintDef("t_p0_pkey", "p", "PRIMARY KEY (id)", True, "t_p0_pkey"),),
+    )  # fmt: skip
+    target = TargetDefinition(
+        "s", "t", 1, "o", "p", (Column("id", "integer", True),),
+        partitioning=Partitioning("RANGE (id)", (LeafPartition("DEFAULT", None, leaf),)),
+    )  # fmt: skip
+    plan = LoadPlan(
+        "0123456789ab", "replace_partitions", target, naming.staging_table("0123456789ab"),
+        naming.ledger_table("0123456789ab"), True, ("id",), CopyOptions(), (),
+    )  # fmt: skip
+    leaf_id = naming.leaf_load_id(plan.load_id, 0)
+    raw = (
+        f"{naming.staging_partition(plan.load_id, 0)} of {plan.staging_table}: "
+        f"{naming.temp_constraint(leaf_id, 0)} on {naming.temp_index(leaf_id, 0)}"
+    )
+    assert naming.original_names(plan, raw) == "t_p0 of t: t_p0_pkey on t_p0_pkey"
+    assert LoadPlan.from_dict(plan.to_dict()) == plan  # the plan travels through XCom
