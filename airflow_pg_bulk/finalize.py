@@ -25,6 +25,7 @@ from airflow_pg_bulk import (
     planning,
     rebuild,
     sql,
+    statistics,
     translate,
     upsert,
 )
@@ -226,10 +227,7 @@ def _finalize_append(
             raise _staging_lost(plan, inserted, rows)
         history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
-    if plan.settings.analyze:
-        with clock.phase("analyze"):
-            execute(conn, sql.analyze(t.schema, t.table))
-            conn.commit()
+    statistics.after_in_place(conn, plan, clock, rows)
 
 
 def _finalize_replace(
@@ -435,6 +433,10 @@ def _swap(
     for number, seq in enumerate(s for s in t.sequences if s.kind == "identity"):
         old_name = naming.retired_sequence(load_id, number)
         execute(conn, sql.rename_sequence(seq.schema, seq.name, old_name))
+    exclusions = (c for c in t.constraints if c.kind == ConstraintKind.EXCLUSION)
+    for number, con in enumerate(exclusions):  # renaming one renames its index
+        old_name = naming.retired_constraint(load_id, number)
+        execute(conn, sql.rename_constraint(schema, retired, con.name, old_name))
     for con in t.constraints:
         if con.kind == ConstraintKind.FOREIGN_KEY:
             execute(conn, sql.drop_constraint(schema, retired, con.name))

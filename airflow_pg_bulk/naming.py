@@ -78,6 +78,12 @@ def retired_index(load_id: str, number: int) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_oi{number}"
 
 
+def retired_constraint(load_id: str, number: int) -> str:
+    """The name the ``number``-th exclusion constraint of the old target (and so its index,
+    which is not among the captured indexes) takes in the swap."""
+    return f"{PREFIX}{check_load_id(load_id)}_ox{number}"
+
+
 def retired_sequence(load_id: str, number: int) -> str:
     """The name the ``number``-th identity sequence of the old target takes in the swap."""
     return f"{PREFIX}{check_load_id(load_id)}_os{number}"
