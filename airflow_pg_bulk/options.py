@@ -201,8 +201,13 @@ OPTIONS: tuple[LoadOption, ...] = (
         "partial load",
         "`off`", "settings",
     ),
-    LoadOption("analyze", bool, True, "ANALYZE the new data before it becomes visible", "`True`",
-               "settings"),
+    LoadOption(
+        "analyze", bool, True,
+        "ANALYZE the new rows: a replace, rebuild or partition swap before they become "
+        "visible; an in-place append or upsert after its commit, when it changed at least a "
+        "tenth of the target's rows (smaller batches are left to autovacuum)",
+        "`True`", "settings",
+    ),
     LoadOption(
         "on_error", str, "fail",
         "`fail`: the first bad row fails the load, naming file, line, column and value; "

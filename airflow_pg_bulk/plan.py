@@ -351,7 +351,8 @@ class Settings(PlainData):
     :param maintenance_work_mem: for index builds and constraint validation in finalize.
     :param synchronous_commit: ``off`` in COPY sessions: a server crash can lose a committed
         partition, which the ledger check in finalize then reports; it never corrupts.
-    :param analyze: run ANALYZE on the loaded data before it becomes visible.
+    :param analyze: ANALYZE the new rows (see :mod:`airflow_pg_bulk.statistics` for when an
+        in-place load does).
     :param index_workers: parallel maintenance workers per index build in finalize; None:
         sized from the server (:func:`airflow_pg_bulk.fanout.size_builds`).
     """

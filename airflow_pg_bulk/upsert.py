@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import history, naming, sql
+from airflow_pg_bulk import history, naming, sql, statistics
 from airflow_pg_bulk.driver import execute, scalar, server_version
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError
 from airflow_pg_bulk.figures import PhaseClock
@@ -116,10 +116,7 @@ def finalize_upsert(
         updated,
         rows - inserted - updated,
     )
-    if plan.settings.analyze:
-        with clock.phase("analyze"):
-            execute(conn, sql.analyze(t.schema, t.table))
-            conn.commit()
+    statistics.after_in_place(conn, plan, clock, inserted + updated)
     return inserted, updated
 
 

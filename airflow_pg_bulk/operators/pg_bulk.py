@@ -220,7 +220,9 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
         can lose only partitions whose commit was not yet flushed, which the ledger check then
         reports — never a silent partial load; default ``off``.
-    :param analyze: ANALYZE the new data before it becomes visible; default ``True``.
+    :param analyze: ANALYZE the new rows: a replace, rebuild or partition swap before they
+        become visible; an in-place append or upsert after its commit, when it changed at least
+        a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
     :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
         the rest load; default ``fail``.
