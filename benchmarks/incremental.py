@@ -23,10 +23,12 @@ import json
 import logging
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -191,23 +193,52 @@ def _admin(dsn: str, statement: sql.Composable) -> None:
         conn.execute(statement)
 
 
-def build_base(dsn: str, dbname: str, meters: int, days: int) -> None:
+def build_base(dsn: str, dbname: str, meters: int, days: int, jobs: int = 1) -> None:
     """A database holding the target before the load: meters, and ``days`` days of readings
-    (logged, PK + FK, vacuumed and analyzed, as a table that has lived a while)."""
+    (logged, PK + FK, vacuumed and analyzed, as a table that has lived a while). The rows go
+    in on ``jobs`` connections at once, before the PK and FK are added (none of it timed)."""
     _admin(dsn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(dbname)))
     _admin(dsn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
-    with psycopg.connect(_dsn_for(dsn, dbname)) as conn:
+    base = _dsn_for(dsn, dbname)
+    target = sql.Identifier(SCHEMA, TABLE)
+    with psycopg.connect(base) as conn:
         demo_workload.create_schema(conn, SCHEMA, readings_tables=(TABLE,))
         demo_workload.fill_meters(conn, SCHEMA, meters)
-        if days:
+        names = conn.execute(
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass ORDER BY contype DESC",
+            (f"{SCHEMA}.{TABLE}",),
+        ).fetchall()  # p before f
+        for name, _ in names:
             conn.execute(
-                sql.SQL("INSERT INTO {} OVERRIDING SYSTEM VALUE {}").format(
-                    sql.Identifier(SCHEMA, TABLE), _rows((1, meters), (0, days - 1))
-                )
+                sql.SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(target, sql.Identifier(name))
             )
         conn.commit()
-        conn.autocommit = True
-        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(SCHEMA, TABLE)))
+    if days:
+        per = -(-meters // jobs)
+        ranges = [
+            (n * per + 1, min(meters, (n + 1) * per)) for n in range(jobs) if n * per < meters
+        ]
+
+        def fill(first_last: tuple[int, int]) -> None:
+            with psycopg.connect(base) as conn:
+                conn.execute(
+                    sql.SQL("INSERT INTO {} OVERRIDING SYSTEM VALUE {}").format(
+                        target, _rows(first_last, (0, days - 1))
+                    )
+                )
+
+        with ThreadPoolExecutor(max_workers=len(ranges)) as pool:
+            list(pool.map(fill, ranges))
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(sql.SQL("SET max_parallel_maintenance_workers = 8"))
+        for name, definition in names:
+            conn.execute(
+                sql.SQL("ALTER TABLE {} ADD CONSTRAINT {} {}").format(
+                    target, sql.Identifier(name), sql.SQL(definition)
+                )
+            )
+        conn.execute(sql.SQL("VACUUM ANALYZE {}").format(target))
 
 
 def clone(dsn: str, base: str, dbname: str) -> str:
@@ -278,6 +309,34 @@ def project(dsn: str, files: list[Path], options: dict[str, Any], partitions: in
     )
 
 
+class Pinning:
+    """Emulate a smaller machine on a bigger one: the timed loads run with the server's
+    processes and this one on ``cpus`` (``taskset``), the untimed base builds on all cores."""
+
+    def __init__(self, cpus: str | None) -> None:
+        self.cpus = cpus
+
+    def _set(self, cpus: str) -> None:
+        pids = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True)
+        for pid in pids.stdout.split():
+            subprocess.run(["taskset", "-a", "-cp", cpus, pid], capture_output=True, check=False)
+        wanted = set()
+        for part in cpus.split(","):
+            first, _, last = part.partition("-")
+            wanted.update(range(int(first), int(last or first) + 1))
+        os.sched_setaffinity(0, wanted)
+
+    def narrow(self) -> None:
+        """Timed work from here: on ``cpus`` only."""
+        if self.cpus:
+            self._set(self.cpus)
+
+    def widen(self) -> None:
+        """Untimed work from here: on every core."""
+        if self.cpus:
+            self._set(f"0-{(os.cpu_count() or 1) - 1}")
+
+
 def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     started = time.perf_counter()
     out = fn()
@@ -285,14 +344,22 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def run_scenario(
-    dsn: str, scenario: Scenario, meters: int, workdir: Path, partitions: int, bases: set[int]
+    dsn: str,
+    scenario: Scenario,
+    meters: int,
+    workdir: Path,
+    partitions: int,
+    bases: set[int],
+    pinning: Pinning,
 ) -> Result:
     """Build (or reuse) the base, then the project's load and the hand-written one, each on
     its own clone; check both give the same rows."""
     base = f"inc_base_{scenario.base_days}"
     if scenario.base_days not in bases:
         log.info("building the base: %d days x %d meters", scenario.base_days, meters)
-        build_base(dsn, base, meters, scenario.base_days)
+        pinning.widen()
+        build_base(dsn, base, meters, scenario.base_days, jobs=os.cpu_count() or 1)
+        pinning.narrow()
         bases.add(scenario.base_days)
     files = write_files(dsn, workdir / scenario.name, meters, scenario.load_days, scenario.files)
     rows_before = meters * scenario.base_days
@@ -381,6 +448,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", default=None)
     p.add_argument("--out", default=None, help="markdown file to write")
     p.add_argument("--note", default="", help="a line on the machine (cores, pinning)")
+    p.add_argument(
+        "--pin",
+        default=None,
+        help="cpus (taskset list, e.g. 0,1) for the timed loads: the server's processes and"
+        " this one; base builds use every core",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     wanted = args.scenarios.split(",")
@@ -392,9 +465,13 @@ def main(argv: list[str] | None = None) -> int:
         version = conn.execute("SHOW server_version").fetchone()[0]
     started = time.perf_counter()
     results, bases = [], set()
+    pinning = Pinning(args.pin)
+    pinning.narrow()
     for scenario in SCENARIOS:
         if scenario.name in wanted:
-            r = run_scenario(args.conn, scenario, args.meters, workdir, args.partitions, bases)
+            r = run_scenario(
+                args.conn, scenario, args.meters, workdir, args.partitions, bases, pinning
+            )
             log.info("%s", json.dumps(asdict(r)))
             results.append(r)
     for days in bases:
