@@ -206,7 +206,7 @@ def build_base(dsn: str, dbname: str, meters: int, days: int, jobs: int = 1) -> 
         demo_workload.fill_meters(conn, SCHEMA, meters)
         names = conn.execute(
             "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
-            " WHERE conrelid = %s::regclass ORDER BY contype DESC",
+            " WHERE conrelid = %s::regclass AND contype IN ('p', 'f') ORDER BY contype DESC",
             (f"{SCHEMA}.{TABLE}",),
         ).fetchall()  # p before f
         for name, _ in names:
@@ -253,13 +253,13 @@ def clone(dsn: str, base: str, dbname: str) -> str:
     return _dsn_for(dsn, dbname)
 
 
-def result_of(dsn: str) -> tuple[int, int]:
-    """Row count and an order-independent checksum (sum of row hashes) of the target."""
+def result_of(dsn: str, table: str = TABLE) -> tuple[int, int]:
+    """Row count and an order-independent checksum (sum of row hashes) of ``table``."""
     with psycopg.connect(dsn) as conn:
         count, total = conn.execute(
             sql.SQL(
                 "SELECT count(*), coalesce(sum(hashtextextended(t::text, 0)), 0) FROM {} t"
-            ).format(sql.Identifier(SCHEMA, TABLE))
+            ).format(sql.Identifier(SCHEMA, table))
         ).fetchone()
     return count, int(total)
 

@@ -56,7 +56,8 @@ log = logging.getLogger("benchmarks.partitioned")
 BASE = "part_base"
 START = date.fromisoformat(demo_workload.START_DATE)  # 2019-02-01
 MONTHS = 12
-METHODS = ("copy_parent", "project", "by_hand")
+METHODS = ("floor", "copy_parent", "project", "by_hand")
+FLOOR_TABLE = "floor_copy"
 
 
 def _month(n: int) -> tuple[date, date]:
@@ -130,6 +131,20 @@ def _copy_file(conn: psycopg.Connection, table: str, path: Path) -> None:
     with conn.cursor() as cur, cur.copy(statement) as copy, open(path, "rb") as f:
         while block := f.read(1 << 20):
             copy.write(block)
+
+
+def floor(dsn: str, files: list[Path], _partitions: int) -> None:
+    """The floor: one COPY per file into an UNLOGGED table with no index, constraint or
+    partitioning, one transaction (not a usable result; the speed limit of one stream)."""
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            sql.SQL("CREATE UNLOGGED TABLE {} (LIKE {})").format(
+                sql.Identifier(SCHEMA, FLOOR_TABLE), sql.Identifier(SCHEMA, TABLE)
+            )
+        )
+        for path in files:
+            _copy_file(conn, FLOOR_TABLE, path)
+        conn.commit()
 
 
 def copy_parent(dsn: str, files: list[Path], _partitions: int) -> None:
@@ -229,9 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     for name in wanted:
         dsn = clone(args.conn, BASE, f"part_{name}")
         _checkpoint(dsn)
-        method = {"copy_parent": copy_parent, "project": project, "by_hand": by_hand}[name]
+        method = {
+            "floor": floor,
+            "copy_parent": copy_parent,
+            "project": project,
+            "by_hand": by_hand,
+        }[name]
         seconds, _ = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
-        count, checksum = result_of(dsn)
+        count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
         results[name] = {"seconds": round(seconds, 2), "rows": count, "checksum": checksum}
         log.info("%s: %.2f s, %d rows", name, seconds, count)
         _admin(
@@ -240,6 +260,12 @@ def main(argv: list[str] | None = None) -> int:
         )
     _admin(args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(BASE)))
     same = len({(r["rows"], r["checksum"]) for r in results.values()}) == 1
+    if "project" in results:
+        for other in ("floor", "copy_parent", "by_hand"):
+            if other in results:
+                results["project"][f"ratio_to_{other}"] = round(
+                    results["project"]["seconds"] / results[other]["seconds"], 3
+                )
     expected = args.meters * (_month(MONTHS)[0] - START).days
     header = {
         "command": "python -m benchmarks.partitioned " + " ".join(argv or sys.argv[1:]),
@@ -255,6 +281,10 @@ def main(argv: list[str] | None = None) -> int:
     print("|---|---|---|---|")
     for name, r in results.items():
         print(f"| `{name}` | {r['seconds']:.2f} | {r['rows']:,} | {'yes' if same else 'NO'} |")
+    ratios = results.get("project", {})
+    for key, value in ratios.items():
+        if key.startswith("ratio_to_"):
+            print(f"  project / {key.removeprefix('ratio_to_')}: {value:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"header": header, "results": results}, indent=2))
     return 0 if same and all(r["rows"] == expected for r in results.values()) else 1
