@@ -129,14 +129,18 @@ def run_dag_loads(
     before_run: Callable[[], None],
     after_run: Callable[[dict[str, Any]], None],
     home: Path,
+    airflow_env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Start Airflow, run the demo DAG ``runs`` times into ``table``; stop Airflow."""
+    """Start Airflow, run the demo DAG ``runs`` times into ``table``; stop Airflow.
+
+    ``airflow_env`` is added to the Airflow processes' environment (``AIRFLOW__*`` settings)."""
     from airflow_pg_bulk.demo.harness import AirflowStandalone
 
     env = {
         f"AIRFLOW_CONN_{CONN_ID.upper()}": airflow_connection_json(dsn),
         "PG_BULK_DEMO_CONN_ID": CONN_ID,
         "PG_BULK_DEMO_PARTITIONS": str(partitions),
+        **(airflow_env or {}),
     }
     started = time.perf_counter()
     out: dict[str, Any] = {"partitions": partitions, "runs": []}
@@ -144,6 +148,7 @@ def run_dag_loads(
         DAGS_FOLDER, env=env, home=home, parallelism=max(4, partitions)
     ) as airflow:
         out["ready_seconds"] = airflow.ready_seconds
+        out["execution_api_warmup_seconds"] = airflow.execution_api_warmup_seconds
         airflow.wait_for_dag(DAG_ID, timeout=300)
         out["dag_listed_seconds"] = time.perf_counter() - started
         assert airflow.db_path is not None
@@ -154,6 +159,8 @@ def run_dag_loads(
                 "run": n + 1,
                 "state": result.state,
                 "wall": result.wall_seconds,
+                "run_id": result.run_id,
+                "triggered_at": result.triggered_at.isoformat(),
             }
             if result.succeeded:
                 info.update(breakdown(result, _xcoms(airflow.db_path, result.run_id)))
