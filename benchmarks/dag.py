@@ -135,6 +135,7 @@ def run_dag_loads(
 
     ``airflow_env`` is added to the Airflow processes' environment (``AIRFLOW__*`` settings)."""
     from airflow_pg_bulk.demo.harness import AirflowStandalone
+    from airflow_pg_bulk.demo.harness.standalone import parallelism_for
 
     env = {
         f"AIRFLOW_CONN_{CONN_ID.upper()}": airflow_connection_json(dsn),
@@ -145,7 +146,7 @@ def run_dag_loads(
     started = time.perf_counter()
     out: dict[str, Any] = {"partitions": partitions, "runs": []}
     with AirflowStandalone(
-        DAGS_FOLDER, env=env, home=home, parallelism=max(4, partitions)
+        DAGS_FOLDER, env=env, home=home, parallelism=parallelism_for(partitions)
     ) as airflow:
         out["ready_seconds"] = airflow.ready_seconds
         out["execution_api_warmup_seconds"] = airflow.execution_api_warmup_seconds

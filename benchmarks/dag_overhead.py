@@ -209,7 +209,8 @@ def _fmt(value: float | None) -> str:
 
 
 def phase_table(runs: list[list[TaskPhases]]) -> str:
-    """Markdown: per task, the median of each phase over the runs."""
+    """Markdown: per task, the median of each phase over ``runs`` (one run: its phases, which
+    add up to queued -> end)."""
     labels = [t.label for t in runs[0]]
     head = ["task", *(name for name, _, _ in PHASES), "of which DAG file", "queued -> end"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -320,9 +321,14 @@ def main(argv: list[str] | None = None) -> int:
         f" {_fmt(out['execution_api_warmup_seconds'])} s; load average before"
         f" {out['load_average'][0]:.2f}, after {out['load_average_after'][0]:.2f}\n"
     )
-    print(path_table(paths, ip))
+    # the run of the median wall time, whole: its parts add up (medians of parts would not)
+    middle = sorted(range(len(walls)), key=walls.__getitem__)[len(walls) // 2]
+    print(f"the run of the median wall time: run {middle + 1}\n")
+    print(path_table([paths[middle]], ip))
     print()
-    print(phase_table(runs))
+    print(phase_table([runs[middle]]))
+    print("\nmedians over all runs:\n")
+    print(path_table(paths, ip))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0

@@ -71,9 +71,7 @@ def _imported(*targets: str) -> set[str]:
 
 
 def _heavy(modules: set[str]) -> list[str]:
-    return sorted(
-        m for m in modules if any(m == h or m.startswith(h + ".") for h in NOT_AT_PARSE)
-    )
+    return sorted(m for m in modules if any(m == h or m.startswith(h + ".") for h in NOT_AT_PARSE))
 
 
 def test_parsing_the_example_dags_imports_no_step_machinery():

@@ -53,6 +53,19 @@ _SQLITE_PREFIX = "sqlite:///"
 _POLL_INTERVAL = 0.5
 
 
+def parallelism_for(partitions: int) -> int:
+    """``[core] parallelism`` for one load of ``partitions`` COPY tasks: every COPY task at
+    once, plus two slots for executor workers still finishing an earlier task.
+
+    Airflow 3.3's supervisor keeps its LocalExecutor worker, and the executor the task's slot,
+    for up to ``[workers] min_heartbeat_interval`` (5 s) after the task ended, when the task
+    process closes its sockets before it can be reaped (it then waits in ``select`` on no
+    socket); prepare's worker often is. With exactly ``partitions`` slots the last COPY task
+    waited for that slot, or for another COPY task's (0.4-1.5 s measured). Airflow's own
+    default is 32."""
+    return max(8, partitions + 2)
+
+
 class AirflowStandalone:
     """Context manager: a throwaway Airflow in a temporary ``AIRFLOW_HOME``.
 
