@@ -119,6 +119,23 @@ def breakdown(result: Any, xcoms: dict[tuple[str, int, str], Any]) -> dict[str, 
     }
 
 
+def compile_package() -> int:
+    """Write the provider's bytecode (``__pycache__``, ignored by git), as ``pip install`` does;
+    returns the number of modules compiled.
+
+    Run from a checkout where ``PYTHONDONTWRITEBYTECODE`` is set (this machine sets it), every
+    task process compiled the provider's modules from source: 25 ms of CPU of the DAG file's
+    parse instead of 16 ms, and 49 ms of its step modules instead of 13 ms, per task (median
+    CPU times of 8 interpreters each): an installed provider does not pay that."""
+    import compileall
+
+    package = Path(airflow_pg_bulk.__file__).resolve().parent
+    modules = sum(1 for _ in package.rglob("*.py"))
+    if not compileall.compile_dir(str(package), quiet=1):
+        log.warning("could not compile every module of %s", package)
+    return modules
+
+
 def run_dag_loads(
     dsn: str,
     *,
@@ -144,7 +161,7 @@ def run_dag_loads(
         **(airflow_env or {}),
     }
     started = time.perf_counter()
-    out: dict[str, Any] = {"partitions": partitions, "runs": []}
+    out: dict[str, Any] = {"partitions": partitions, "runs": [], "compiled": compile_package()}
     with AirflowStandalone(
         DAGS_FOLDER, env=env, home=home, parallelism=parallelism_for(partitions)
     ) as airflow:
