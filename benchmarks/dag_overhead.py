@@ -235,6 +235,26 @@ def path_table(paths: list[list[tuple[str, float]]], in_process: float) -> str:
     return "\n".join(lines)
 
 
+BEGIN, END = "<!-- dag-overhead: begin -->", "<!-- dag-overhead: end -->"
+
+
+def section_of(text: str) -> str:
+    """The section this script wrote into a RESULTS file ('' if none)."""
+    start, end = text.find(BEGIN), text.find(END)
+    return text[start : end + len(END)] if 0 <= start < end else ""
+
+
+def with_section(text: str, section: str) -> str:
+    """``text`` with ``section`` in place of its own (appended when it has none): a full
+    benchmark run rewrites RESULTS.md and keeps this section."""
+    if not section:
+        return text
+    old = section_of(text)
+    if old:
+        return text.replace(old, section)
+    return text.rstrip("\n") + "\n\n" + section + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--conn", required=True, help="PostgreSQL to load into")
@@ -244,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None, help="write the measurements here")
+    p.add_argument(
+        "--results",
+        default=None,
+        help="write the tables as the section 'Airflow's own overhead' of this file"
+        " (e.g. benchmarks/RESULTS.md; the rest of the file is kept)",
+    )
     p.add_argument(
         "--airflow-env",
         action="append",
@@ -313,25 +339,66 @@ def main(argv: list[str] | None = None) -> int:
         for run, path in zip(runs, paths, strict=True)
     ]
     ip = statistics.median(in_process)
-    print(
+    text = [
         f"in-process: {', '.join(f'{s:.2f}' for s in in_process)} s (median {ip:.2f});"
         f" DAG runs: {', '.join(f'{w:.2f}' for w in walls)} s (median"
         f" {statistics.median(walls):.2f}); overhead (median DAG - median in-process)"
         f" {statistics.median(walls) - ip:.2f} s; execution API warm-up"
         f" {_fmt(out['execution_api_warmup_seconds'])} s; load average before"
-        f" {out['load_average'][0]:.2f}, after {out['load_average_after'][0]:.2f}\n"
-    )
+        f" {out['load_average'][0]:.2f}, after {out['load_average_after'][0]:.2f}",
+    ]
     # the run of the median wall time, whole: its parts add up (medians of parts would not)
     middle = sorted(range(len(walls)), key=walls.__getitem__)[len(walls) // 2]
-    print(f"the run of the median wall time: run {middle + 1}\n")
-    print(path_table([paths[middle]], ip))
-    print()
-    print(phase_table([runs[middle]]))
-    print("\nmedians over all runs:\n")
-    print(path_table(paths, ip))
+    text += [
+        "",
+        f"The run of the median wall time (run {middle + 1} of {len(walls)}):",
+        "",
+        path_table([paths[middle]], ip),
+        "",
+        phase_table([runs[middle]]),
+        "",
+        "Medians over all runs:",
+        "",
+        path_table(paths, ip),
+    ]
+    print("\n".join(text))
+    if args.results:
+        _write_section(Path(args.results), text, args, argv)
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=1, default=str))
     return 0
+
+
+def _write_section(path: Path, body: list[str], args: argparse.Namespace, argv: Any) -> None:
+    import shlex
+    import sys
+
+    from benchmarks.report import _machine
+
+    command = "python -m benchmarks.dag_overhead " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    conn = args.conn.rsplit("@", 1)[-1]  # no user or password in the file
+    section = [
+        BEGIN,
+        "## Airflow's own overhead, task by task",
+        "",
+        f"Written by `{command.replace(args.conn, '…@' + conn)}` on"
+        f" {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; workload A at {args.meters:,} meters x"
+        f" {args.days} days (8 CSV files), replace, {args.partitions} partitions; the demo's DAG"
+        " under `AirflowStandalone` (LocalExecutor, SQLite metadata, Airflow's defaults but"
+        " `parallelism`), the execution API warmed up and the provider compiled to `.pyc` before"
+        " the first trigger. Phases: "
+        + "; ".join(f"*{name}* ({who}): {what}" for name, who, what in PHASES)
+        + ". The machine is shared: the load average is the noise.",
+        "",
+        *_machine(),
+        "",
+        *body,
+        END,
+    ]
+    old = path.read_text() if path.exists() else ""
+    path.write_text(with_section(old, "\n".join(section)))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,16 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from benchmarks.dag_overhead import PHASES, critical_path, log_marks, task_phases
+from benchmarks.dag_overhead import (
+    BEGIN,
+    END,
+    PHASES,
+    critical_path,
+    log_marks,
+    section_of,
+    task_phases,
+    with_section,
+)
 
 T0 = datetime(2026, 11, 24, 14, 0, tzinfo=UTC)
 
@@ -74,3 +83,18 @@ def test_the_critical_path_adds_up_to_the_run():
     assert parts["scheduler: -> finalize queued"] == pytest.approx(0.3)
     assert parts["scheduler: -> run marked done"] == pytest.approx(0.5)
     assert sum(parts.values()) == pytest.approx(6.5)
+
+
+def test_a_full_benchmark_run_keeps_the_overhead_section():
+    section = f"{BEGIN}\n## Airflow's own overhead\n| a | b |\n{END}"
+    results = with_section("# benchmarks\n\nold tables\n", section)
+    assert results == f"# benchmarks\n\nold tables\n\n{section}\n"
+    assert section_of(results) == section
+
+    rewritten = with_section("# benchmarks\n\nnew tables\n", section_of(results))
+    assert "new tables" in rewritten and "old tables" not in rewritten
+    assert section_of(rewritten) == section
+
+    newer = section.replace("| a | b |", "| c | d |")
+    assert section_of(with_section(rewritten, newer)) == newer
+    assert with_section("# nothing kept\n", "") == "# nothing kept\n"
