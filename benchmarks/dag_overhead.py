@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -280,13 +281,21 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
 
+    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="pgbulk-dag-overhead-")).resolve()
+    try:
+        return _measure(args, argv, workdir)
+    finally:
+        if not args.workdir:  # data files and Airflow's home
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _measure(args: argparse.Namespace, argv: list[str] | None, workdir: Path) -> int:
     import psycopg
 
     from airflow_pg_bulk import runner
     from airflow_pg_bulk.demo import workload
     from benchmarks import dag
 
-    workdir = Path(args.workdir or tempfile.mkdtemp(prefix="pgbulk-dag-overhead-")).resolve()
     size = workload.Workload(meters=args.meters, days=args.days, files=8)
     conn = psycopg.connect(args.conn, autocommit=True)
     workload.drop_schema(conn, SCHEMA)
