@@ -227,7 +227,8 @@ def phase_table(runs: list[list[TaskPhases]]) -> str:
 
 def path_table(paths: list[list[tuple[str, float]]], in_process: float) -> str:
     """Markdown: the critical path's parts, median over the runs, and the total."""
-    lines = ["| part | seconds (median) | who |", "|---|---|---|"]
+    head = "seconds" if len(paths) == 1 else f"seconds (median of {len(paths)})"
+    lines = [f"| part | {head} | who |", "|---|---|---|"]
     for i, (name, _) in enumerate(paths[0]):
         who = "Airflow (scheduler loop)" if name.startswith("scheduler") else "tasks (below)"
         lines.append(f"| {name} | {_fmt(_median([p[i][1] for p in paths]))} | {who} |")
