@@ -293,9 +293,10 @@ class AirflowStandalone:
         has had it long ago.
 
         Airflow 3.3's execution API is a Cadwyn app that builds its versioned routes on its
-        first request (2.4-2.6 s of CPU on the 2-core benchmark machine): left to the first
-        task, it lands on the first DAG run's critical path (its first task's start-up) and
-        on nothing after it. Its seconds are kept in ``execution_api_warmup_seconds``.
+        first request (2.2-2.6 s on the quiet 2-core benchmark machine, up to 5 s loaded):
+        left to the first task, it lands on the first DAG run's critical path (its first
+        task's start-up) and on nothing after it. Its seconds are kept in
+        ``execution_api_warmup_seconds``.
         """
         started = time.monotonic()
         self.api.request("GET", "/execution/health", auth=False, timeout=60)
