@@ -13,8 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
-from airflow_pg_bulk import objects
-
 if TYPE_CHECKING:
     from airflow_pg_bulk.figures import LoadSummary
     from airflow_pg_bulk.plan import LoadPlan
@@ -62,6 +60,8 @@ def operator_lineage(plan: LoadPlan, summary: LoadSummary, uri: str) -> Any:
         SchemaDatasetFacetFields,
     )
     from airflow.providers.openlineage.extractors import OperatorLineage
+
+    from airflow_pg_bulk import objects  # not at DAG-parse time: alias_name is all it needs
 
     parsed = urlsplit(uri)
     _, database, schema, table = (unquote(part) for part in parsed.path.split("/"))

@@ -15,11 +15,13 @@ and the README table to paste. Nothing here imports Airflow or touches a databas
 
 from __future__ import annotations
 
-import argparse
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # argparse is the command line's: imported there, not at DAG-parse time
+    import argparse
 
 MODES: tuple[str, ...] = ("replace", "append", "upsert", "replace_partitions")
 MODE_HELP: dict[str, str] = {
@@ -259,6 +261,8 @@ def parse_delimiter(text: str) -> str:
 
 
 def _whole_number(flag: str, minimum: int) -> Callable[[str], int]:
+    import argparse
+
     def parse(text: str) -> int:
         try:
             value = int(text.replace("_", ""))
@@ -291,6 +295,8 @@ def _cli_help(opt: LoadOption) -> str:
 def add_cli_flags(parser: argparse.ArgumentParser) -> None:
     """Add one flag per load option to ``parser``. Every flag defaults to ``None`` (not given:
     the declared default applies); booleans are ``--x/--no-x``."""
+    import argparse
+
     for opt in OPTIONS:
         kwargs: dict[str, Any] = {"default": None, "help": _cli_help(opt), "dest": opt.name}
         if opt.type is bool:

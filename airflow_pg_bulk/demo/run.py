@@ -187,7 +187,9 @@ def _run_dag(
     # services that wait for one, ...): the demo says what matters on stdout instead.
     for name in _HARNESS_LOGGERS:
         logging.getLogger(name).setLevel(logging.WARNING)
-    parallelism = max(4, partitions)
+    from airflow_pg_bulk.demo.harness.standalone import parallelism_for
+
+    parallelism = parallelism_for(partitions)
     with contextlib.ExitStack() as stack:
         if getattr(args, "executor", "local") == "celery":
             from airflow_pg_bulk.demo.harness.broker import throwaway_broker
