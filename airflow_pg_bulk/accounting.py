@@ -26,7 +26,7 @@ def counted_chunks(
     counter = records.RecordCounter(
         sources.syntax_of(opts),
         rule,
-        first_line=piece.first_line,
+        first_line=piece.first_line or 1,
         file_end=_ends_file(piece),
         expected_newline=piece.newline.encode() if piece.newline else None,
         encoding=opts.encoding,
@@ -36,11 +36,12 @@ def counted_chunks(
         try:
             yield from counter.wrap(sources.piece_chunks(piece, opts))
         except records.RecordError as exc:
+            # a piece past a guessed split point counts its lines only now
+            line = exc.line if piece.first_line else exc.line + sources.first_line(piece, opts) - 1
             raise BadDataError(
-                f"{piece.path} line {exc.line}: {exc.message}. Nothing of this load reached "
-                f"{target}.",
+                f"{piece.path} line {line}: {exc.message}. Nothing of this load reached {target}.",
                 path=piece.path,
-                line=exc.line,
+                line=line,
             ) from None
 
     return counter, chunks()
@@ -60,7 +61,7 @@ def check_rows(
     taken = rows + skipped
     if taken == sent:
         return
-    where = f"{piece.path} (the part from line {piece.first_line})"
+    where = f"{piece.path} (the part from line {sources.first_line(piece, opts)})"
     line = None
     if taken < sent and not skipped:
         try:

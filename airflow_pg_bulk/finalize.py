@@ -20,6 +20,7 @@ from airflow_pg_bulk import (
     locking,
     naming,
     planning,
+    realign,
     rebuild,
     sql,
     translate,
@@ -52,6 +53,7 @@ def finalize(conn: Any, plan: LoadPlan) -> LoadSummary:
             execute(conn, sql.load_lock(plan.load_id))
             conn.commit()
             locked = True
+            realign.repair(conn, plan)  # ranges cut at a wrongly guessed record start
             rows, nbytes, rejected, finalized = _check_ledger(conn, plan)
         if finalized:
             log.info(

@@ -158,6 +158,10 @@ class Piece(PlainData):
     :param conn_id: an object's Airflow connection (``source_conn_id``); None: the environment.
     :param source_size: an object's size when prepare listed it (checked before it is read).
     :param etag: an object's ETag when prepare listed it (checked before and while it is read).
+    :param speculative: its start or its end is a record start guessed from a bounded window
+        (csv: see :mod:`~airflow_pg_bulk.ranges`); its COPY task checks that its last record
+        ends at ``end``, and finalize repairs the file's pieces from the first that did not.
+        ``first_line`` is then 0 (not counted; counted when an error needs it) past piece 0.
     """
 
     path: str
@@ -171,6 +175,7 @@ class Piece(PlainData):
     conn_id: str | None = None
     source_size: int | None = None
     etag: str | None = None
+    speculative: bool = False
 
     @property
     def size(self) -> int | None:

@@ -44,7 +44,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from airflow_pg_bulk import charsets, objects, splitting
+from airflow_pg_bulk import charsets, objects, ranges, splitting
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import CopyOptions, Partition, Piece
 
@@ -447,28 +447,44 @@ def plan_partitions(
 def _split_file(
     file: SourceFile, start: int, target: int, syntax: splitting.RecordSyntax, opts: CopyOptions
 ) -> list[Piece]:
+    """The file's pieces, cut at record starts found from a bounded window at each split point
+    (:mod:`~airflow_pg_bulk.ranges`): no scan of the whole file. A piece whose start or end
+    was guessed is speculative, and its first line is counted only if an error needs it."""
     size = file.size - start
     count = max(1, round(size / target))
     if count > 1 and not splitting.can_split(opts.encoding):
         count = 1
-    offsets = [start]
+    found: list[ranges.Boundary] = []
     if count > 1:
-        wanted = [start + size * k // count for k in range(1, count)]
-        offsets += splitting.record_starts(file.path, wanted, syntax)
-    offsets.append(file.size)
-    bounds = sorted(set(offsets))
+        with open(file.path, "rb") as f:
+            found, _read = ranges.split_points(
+                f, start, file.size, count, syntax, opts.effective_delimiter.encode()
+            )
+    bounds = [ranges.Boundary(start, True), *found, ranges.Boundary(file.size, True)]
     newline = splitting.detect_newline(file.path, syntax)
     pieces = []
-    line = 1 + splitting.count_newlines(file.path, 0, start, newline=newline)
+    line = 1 + splitting.count_newlines(file.path, 0, start, newline=newline)  # the header
     for begin, end in itertools.pairwise(bounds):
-        if end > begin:
-            # a piece that does not start the file must end its lines as the file's first
-            # line does (checked by the COPY task: see records.RecordCounter)
-            ending = newline.decode() if begin > 0 else None
-            pieces.append(Piece(file.path, begin, end, line, newline=ending))
-            if end < file.size:  # the lines of the last piece are needed by no other piece
-                line += splitting.count_newlines(file.path, begin, end, newline=newline)
+        # a piece that does not start the file must end its lines as the file's first
+        # line does (checked by the COPY task: see records.RecordCounter)
+        ending = newline.decode() if begin.offset > 0 else None
+        speculative = not (begin.exact and end.exact)
+        first = line if begin.offset == start else 0
+        pieces.append(
+            Piece(
+                file.path, begin.offset, end.offset, first, newline=ending, speculative=speculative
+            )
+        )
     return pieces
+
+
+def first_line(piece: Piece, opts: CopyOptions) -> int:
+    """The physical line number of the piece's first byte in its file: as planned, or counted
+    now for a piece past a guessed split point (prepare does not read the file to count it)."""
+    if piece.first_line:
+        return piece.first_line
+    newline = splitting.detect_newline(piece.path, syntax_of(opts))
+    return 1 + splitting.count_newlines(piece.path, 0, piece.start, newline=newline)
 
 
 def _header_newline(file: SourceFile, syntax: splitting.RecordSyntax) -> str | None:
@@ -582,7 +598,7 @@ def _locate_transcoded(
         first, last = splitting.record_line_numbers(
             tmp.name, 0, os.path.getsize(tmp.name), record_number, syntax
         )
-    offset = piece.first_line - 1
+    offset = first_line(piece, opts) - 1
     return first + offset, last + offset
 
 
