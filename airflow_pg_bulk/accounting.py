@@ -9,7 +9,6 @@ did not arrive; the partition's transaction rolls back, so nothing reaches the t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 from airflow_pg_bulk import records, sources
@@ -27,7 +26,7 @@ def counted_chunks(
         sources.syntax_of(opts),
         rule,
         first_line=piece.first_line or 1,
-        file_end=_ends_file(piece),
+        file_end=sources.piece_ends_file(piece),
         expected_newline=piece.newline.encode() if piece.newline else None,
         encoding=opts.encoding,
     )
@@ -83,9 +82,3 @@ def check_rows(
         path=piece.path,
         line=line,
     )
-
-
-def _ends_file(piece: Piece) -> bool:
-    if piece.compression or piece.end is None:
-        return True
-    return piece.end >= os.path.getsize(piece.path)

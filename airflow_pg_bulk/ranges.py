@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import re
 from collections.abc import Sequence
 from typing import IO, Any
@@ -209,53 +208,49 @@ def _csv_scan(
 
 
 def exact_starts(
-    path: str | os.PathLike[str], begin: int, targets: Sequence[int], syntax: splitting.RecordSyntax
+    f: IO[bytes], size: int, begin: int, targets: Sequence[int], syntax: splitting.RecordSyntax
 ) -> list[int]:
-    """For each ascending target (> ``begin``), the first record start at or after it, read
-    exactly from ``begin`` (a known record start) with the exact splitter."""
+    """For each ascending target, the first record start at or after it, read exactly from
+    ``begin`` (a known record start) with the exact splitter; ``f`` is a seekable binary file
+    of ``size`` bytes."""
     out: list[int] = []
-    with open(path, "rb") as f:
-        size = os.fstat(f.fileno()).st_size
-        f.seek(begin)
-        reader = splitting._Reader(f, begin, limit=size)
-        cursor = (
-            splitting._CsvCursor(reader, syntax)
-            if syntax.is_csv
-            else splitting._TextCursor(reader, 0)
-        )
-        at = begin
-        for t in targets:
-            while at < t:
-                found = cursor.next_record()
-                at = size if found is None else found[1]
-            out.append(at)
+    f.seek(begin)
+    reader = splitting._Reader(f, begin, limit=size)
+    cursor = (
+        splitting._CsvCursor(reader, syntax) if syntax.is_csv else splitting._TextCursor(reader, 0)
+    )
+    at = begin
+    for t in targets:
+        while at < t:
+            found = cursor.next_record()
+            at = size if found is None else found[1]
+        out.append(at)
     return out
 
 
 def ends_cleanly(
-    path: str | os.PathLike[str], start: int, end: int, syntax: splitting.RecordSyntax
+    f: IO[bytes], size: int, start: int, end: int, syntax: splitting.RecordSyntax
 ) -> bool:
     """Whether, read from ``start`` as a record start, a record starts exactly at ``end``."""
-    return end == start or exact_starts(path, start, [end], syntax) == [end]
+    return end == start or exact_starts(f, size, start, [end], syntax) == [end]
 
 
-def is_record_start(
-    path: str | os.PathLike[str], offset: int, syntax: splitting.RecordSyntax
-) -> bool:
+def is_record_start(f: IO[bytes], size: int, offset: int, syntax: splitting.RecordSyntax) -> bool:
     """Whether a record starts at ``offset``, read exactly from the start of the file (the
     serial scan: only on a failure path)."""
-    return offset == 0 or splitting.record_starts(path, [offset], syntax) == [offset]
+    return offset == 0 or exact_starts(f, size, 0, [offset], syntax) == [offset]
 
 
-def exact_pieces(pieces: Sequence[Piece], syntax: splitting.RecordSyntax) -> dict[Piece, Piece]:
-    """The pieces of one file, each mapped to its exact version (not speculative): piece 0
-    starts at a known record start, and every guessed start after it is moved to the first
-    record start at or after it, read exactly from there (the serial scan, for a repair)."""
+def exact_pieces(
+    pieces: Sequence[Piece], syntax: splitting.RecordSyntax, f: IO[bytes], size: int
+) -> dict[Piece, Piece]:
+    """The pieces of one file (``f``, ``size`` bytes), each mapped to its exact version (not
+    speculative): piece 0 starts at a known record start, and every guessed start after it is
+    moved to the first record start at or after it, read exactly from there (the serial scan,
+    for a repair)."""
     order = sorted(pieces, key=lambda p: p.start)
-    starts = [
-        order[0].start,
-        *exact_starts(order[0].path, order[0].start, [p.start for p in order[1:]], syntax),
-    ]
+    later = [p.start for p in order[1:]]
+    starts = [order[0].start, *exact_starts(f, size, order[0].start, later, syntax)]
     ends = [*starts[1:], order[-1].end]
     return {
         piece: dataclasses.replace(piece, start=begin, end=end, speculative=False)

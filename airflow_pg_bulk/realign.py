@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 from typing import Any
 
 from airflow_pg_bulk import ranges, records, sources, sql
@@ -39,7 +38,7 @@ def check_end(counter: records.RecordCounter, piece: Piece) -> None:
 
 
 def _ends_file(piece: Piece) -> bool:
-    return piece.end is None or piece.end >= os.path.getsize(piece.path)
+    return sources.piece_ends_file(piece)
 
 
 def aligned(piece: Piece, opts: CopyOptions) -> bool:
@@ -48,9 +47,10 @@ def aligned(piece: Piece, opts: CopyOptions) -> bool:
     ``on_error='reject'``, which sets rows aside only from proven bounds)."""
     syntax = sources.syntax_of(opts)
     end = piece.end if piece.end is not None else piece.start
-    if not ranges.ends_cleanly(piece.path, piece.start, end, syntax):
-        return False
-    return bool(piece.first_line) or ranges.is_record_start(piece.path, piece.start, syntax)
+    with sources.open_source(piece.path, piece.conn_id) as (f, size):
+        if not ranges.ends_cleanly(f, size, piece.start, end, syntax):
+            return False
+        return bool(piece.first_line) or ranges.is_record_start(f, size, piece.start, syntax)
 
 
 def record_misaligned(
@@ -87,9 +87,10 @@ def repaired_plan(plan: LoadPlan, flagged: set[int]) -> tuple[LoadPlan, list[int
         if piece.speculative
     }
     exact: dict[Piece, Piece] = {}
-    for pieces in ranges.file_pieces(plan.partitions).values():
+    for path, pieces in ranges.file_pieces(plan.partitions).items():
         if bad.intersection(pieces):
-            exact.update(ranges.exact_pieces(pieces, syntax))
+            with sources.open_source(path, pieces[0].conn_id) as (f, size):
+                exact.update(ranges.exact_pieces(pieces, syntax, f, size))
     moved = {x for x, y in exact.items() if (x.start, x.end) != (y.start, y.end)}
     redo = sorted(flagged | {p.index for p in plan.partitions if moved.intersection(p.pieces)})
     partitions = tuple(

@@ -8,29 +8,17 @@ import logging
 from pathlib import Path
 
 import pytest
-from helpers import create_items, plain_copy_checksum
+from helpers import create_items, multiline_rows, plain_copy_checksum
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.errors import BadDataError
-
-
-def _rows(count: int, newline: bytes, long_note_every: int = 0) -> bytes:
-    """items rows whose note is quoted and spans lines (a quote-free run of lines when
-    ``long_note_every``: the kind of field a bounded window cannot see the start of)."""
-    out = []
-    for i in range(1, count + 1):
-        note = f"line one of {i}{newline.decode()}line two, quoted {{i}}"
-        if long_note_every and i % long_note_every == 0:
-            note = newline.decode().join(f"{k},{i}" for k in range(20_000))
-        out.append(f'{i},"name {i}",{i % 97}.25,2024-01-{1 + i % 28:02d},"{note}"'.encode())
-    return newline.join(out) + newline
 
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
 def test_split_points_inside_quoted_multiline_fields(db, tmp_path: Path, newline: bytes) -> None:
     create_items(db)
     path = tmp_path / "big.csv"
-    path.write_bytes(_rows(20_000, newline))
+    path.write_bytes(multiline_rows(20_000, newline))
     expected = plain_copy_checksum(db, path, "FORMAT csv")
 
     summary = runner.load(db.dsn, db.table("items"), str(path), mode="replace", partitions=4)
@@ -47,7 +35,7 @@ def test_a_wrong_guess_is_found_by_the_chain_and_repaired(
     tasks before them do not end cleanly, and finalize loads the affected ranges again."""
     create_items(db)
     path = tmp_path / "tricky.csv"
-    path.write_bytes(_rows(300, newline, long_note_every=60))
+    path.write_bytes(multiline_rows(300, newline, long_note_every=60))
     expected = plain_copy_checksum(db, path, "FORMAT csv")
     caplog.set_level(logging.WARNING, logger="airflow_pg_bulk")
 
@@ -61,7 +49,7 @@ def test_a_wrong_guess_is_found_by_the_chain_and_repaired(
 def test_bad_data_past_a_guessed_start_names_its_line(db, tmp_path: Path) -> None:
     """A real error in a speculative piece is still bad data, named by its line in the file."""
     create_items(db)
-    data = bytearray(_rows(20_000, b"\n"))
+    data = bytearray(multiline_rows(20_000, b"\n"))
     at = data.index(b"\n15000,")
     data[at + 1 : at + 6] = b"oops!"
     path = tmp_path / "bad.csv"
@@ -71,5 +59,5 @@ def test_bad_data_past_a_guessed_start_names_its_line(db, tmp_path: Path) -> Non
     with pytest.raises(BadDataError) as info:
         runner.load(db.dsn, db.table("items"), str(path), mode="replace", partitions=4)
 
-    assert f"lines {line}-{line + 1}" in str(info.value)  # the record spans two lines
+    assert f"lines {line}-{line + 2}" in str(info.value)  # the record spans three lines
     assert db.scalar("SELECT count(*) FROM {}".format(db.table("items"))) == 0

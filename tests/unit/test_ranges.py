@@ -77,10 +77,12 @@ def _chain(path: Path, data: bytes, syntax: RecordSyntax, count: int, start: int
         for a, b in itertools.pairwise(bounds)
     ]
     # a COPY task marks its piece misaligned when its last record does not end at its end
-    misaligned = [p for p in pieces if not ranges.ends_cleanly(path, p.start, p.end, syntax)]
-    if misaligned:
-        exact = ranges.exact_pieces(pieces, syntax)
-        pieces = [exact[p] for p in pieces]
+    with open(path, "rb") as f:
+        size = len(data)
+        misaligned = [p for p in pieces if not ranges.ends_cleanly(f, size, p.start, p.end, syntax)]
+        if misaligned:
+            exact = ranges.exact_pieces(pieces, syntax, f, size)
+            pieces = [exact[p] for p in pieces]
     return [p.start for p in pieces] + [len(data)]
 
 
