@@ -306,7 +306,17 @@ def content_chunks(
         before = fs.info(key)
         _check_unchanged(url, before, size, etag)
         mb = int(before["size"]) / 1e6
-        log.info("Reading %s (%.1f MB%s)", url, mb, ", gzip" if compression else "")
+        if end is None:
+            log.info("Reading %s (%.1f MB%s)", url, mb, ", gzip" if compression else "")
+        else:
+            log.info(
+                "Reading %s bytes %d-%d (%.1f MB of %.1f MB)",
+                url,
+                start,
+                end,
+                (end - start) / 1e6,
+                mb,
+            )
         # a range is read in BLOCK_SIZE range requests of its own bytes (none past its end)
         cache = "readahead" if end is None else "none"
         with fs.open(key, "rb", block_size=BLOCK_SIZE, cache_type=cache) as raw:

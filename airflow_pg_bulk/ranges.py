@@ -98,16 +98,16 @@ def find_boundary(
             if carry is None:
                 return None, nread
         f.seek(lo)
-        data = f.read(min(window, size - lo))
-        nread += len(data)
-        more = lo + len(data) < size
-        # the byte after the window decides a CR at its end (CR LF or CR)
-        probe = data + (f.read(1) if more else b"")
-        nread += len(probe) - len(data)
+        # one read (a range request for an object): the window and the byte after it, which
+        # decides a CR at the window's end (CR LF or CR)
+        probe = f.read(min(window + 1, size - lo))
+        nread += len(probe)
+        n = min(window, len(probe))
+        more = lo + n < size
         if syntax.is_csv:
-            offset = _csv_guess(probe, len(data), syntax, delimiter)
+            offset = _csv_guess(probe, n, syntax, delimiter)
         else:
-            offset = _text_start(probe, len(data), carry)
+            offset = _text_start(probe, n, carry)
         if offset is not None:
             return Boundary(lo + offset, exact=not syntax.is_csv), nread
         if not more or window >= MAX_WINDOW:

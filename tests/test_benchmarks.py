@@ -62,3 +62,17 @@ def test_quick_run_loads_every_row_by_every_method(pg_dsn: str, tmp_path: Path) 
                 assert method.key in proc.stdout
     for workload in ("A", "B", "C"):
         assert f"## {workload}: " in text
+
+
+@pytest.mark.slow  # starts its own S3 server and loads four times: CI pass 1 only
+def test_ranges_benchmark_runs_small(pg_dsn: str, tmp_path: Path) -> None:
+    """benchmarks/ranges.py, 4 MB: every load loads every row (it asserts so) and the report
+    names each measure."""
+    from benchmarks import ranges
+
+    report = ranges.main(
+        ["--dsn", pg_dsn, "--size-mb", "4", "--a-days", "3", "--workdir", str(tmp_path)]
+    )
+    for measure in ("windows only (local file)", "exact serial scan", "plain COPY",
+                    "load, object in the S3 server", "A from S3 / from disk"):  # fmt: skip
+        assert measure in report, measure

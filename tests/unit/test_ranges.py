@@ -86,7 +86,7 @@ def _chain(path: Path, data: bytes, syntax: RecordSyntax, count: int, start: int
     return [p.start for p in pieces] + [len(data)]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=files(), count=st.integers(2, 9), header=st.booleans())
 def test_the_chain_gives_the_exact_splitters_record_starts(
     tmp_path_factory: pytest.TempPathFactory, case: tuple[str, bytes], count: int, header: bool
