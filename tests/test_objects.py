@@ -418,3 +418,23 @@ def test_an_object_range_changed_after_prepare_fails_its_partition(db, s3_env):
         with pytest.raises(SourceChangedError, match="changed after prepare"):
             steps.copy_partition(conn, plan, plan.partitions[-1].index)
     assert db.checksum("items")[0] == 0
+
+
+def test_rejected_rows_of_an_object_range_name_their_line_in_the_object(db, s3_env):
+    """on_error='reject' over an object cut into ranges: a bad row in the last range is set
+    aside under its line in the whole object; the other rows load."""
+    create_items(db)
+    data = bytearray(multiline_rows(4_000, b"\n"))
+    at = data.index(b"\n3900,")
+    data[at + 1 : at + 5] = b"oops"
+    line = 1 + bytes(data[: at + 1]).count(b"\n")
+    url = _upload(s3_env, s3_env.bucket(), "r.csv", bytes(data))
+
+    summary = runner.load(
+        db.dsn, db.table("items"), url, mode="replace", partitions=4, on_error="reject",
+        max_rejects=5,
+    )  # fmt: skip
+
+    assert (summary.rows, summary.rejects) == (3_999, 1)
+    (found,) = db.run(sql.SQL("SELECT line FROM {}").format(db.ident("pgbulk_rejects")))
+    assert found == (line,)
