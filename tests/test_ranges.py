@@ -4,14 +4,21 @@ right or the chain check found one wrong and finalize loaded the affected ranges
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import create_items, multiline_rows, plain_copy_checksum
+from psycopg import sql
 
-from airflow_pg_bulk import runner
-from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk import runner, steps
+from airflow_pg_bulk.driver import connect
+from airflow_pg_bulk.errors import BadDataError, TransientLoadError
+from airflow_pg_bulk.plan import request_from_options
 from airflow_pg_bulk.splitting import RecordSyntax, record_starts
 
 CSV = RecordSyntax()
@@ -69,3 +76,70 @@ def test_bad_data_past_a_guessed_start_names_its_line(db, tmp_path: Path) -> Non
 
     assert f"lines {line}-{line + 2}" in str(info.value)  # the record spans three lines
     assert db.scalar("SELECT count(*) FROM {}".format(db.table("items"))) == 0
+
+
+def _notes_file(path: Path) -> bytes:
+    """One text column: short rows, then two long quoted fields of quote-free lines (each
+    line reads as a row if the field's start is missed), split into 3 ranges whose guessed
+    starts both fall inside them: the middle range reads as rows without an error."""
+    short = b"".join(b"row %d\n" % i for i in range(12_000))  # ~100 KB
+    long_a = b'"' + b"".join(b"a line %d\n" % i for i in range(30_000)) + b'"\n'  # ~300 KB
+    long_b = b'"' + b"".join(b"b line %d\n" % i for i in range(30_000)) + b'"\n'
+    data = short + long_a + short + long_b + short
+    path.write_bytes(data)
+    return data
+
+
+@contextlib.contextmanager
+def _notes_prepared(db, tmp_path: Path) -> Iterator[tuple[Any, Any, tuple]]:
+    """A connection, the plan of an append of :func:`_notes_file` into notes(t text) in 3
+    ranges, and the checksum of one plain COPY of it; cleanup afterwards."""
+    db.run(sql.SQL("CREATE TABLE {} (t text)").format(db.ident("notes")))
+    path = tmp_path / "notes.csv"
+    _notes_file(path)
+    expected = plain_copy_checksum(db, path, "FORMAT csv", like="notes")
+    request = request_from_options(db.table("notes"), str(path), mode="append", partitions=3)
+    conn = connect(db.dsn, "psycopg")
+    load_id = uuid.uuid4().hex[:12]
+    try:
+        yield conn, steps.prepare(conn, request, load_id), expected
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+
+
+def test_a_range_that_loaded_misread_rows_is_deleted_and_loaded_again(db, tmp_path: Path):
+    """Both bounds of the middle range were guessed wrong the same way, so its COPY loaded
+    rows (misread) and committed; the ranges beside it did not end cleanly, and finalize
+    deletes the middle range's rows (by the transaction that wrote them) and loads all three
+    again: the table equals one plain COPY."""
+    with _notes_prepared(db, tmp_path) as (conn, plan, expected):
+        in_order = sorted(plan.partitions, key=lambda p: p.pieces[0].start)
+        results = [steps.copy_partition(conn, plan, p.index) for p in in_order]
+        assert [r.rows > 0 for r in results] == [False, True, False]  # the middle one misread
+        summary = steps.finalize(conn, plan)
+    assert summary.rows == expected[0]
+    assert db.checksum("notes") == expected
+
+
+def test_a_repair_cut_short_is_finished_by_the_next_finalize(db, tmp_path, monkeypatch):
+    real = steps.copy_partition
+    calls = []
+
+    def dies_on_the_second(*args, **kwargs):
+        calls.append(args[2])
+        if len(calls) == 2:
+            raise TransientLoadError("the worker died mid-repair")
+        return real(*args, **kwargs)
+
+    with _notes_prepared(db, tmp_path) as (conn, plan, expected):
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        monkeypatch.setattr(steps, "copy_partition", dies_on_the_second)
+        with pytest.raises(TransientLoadError):
+            steps.finalize(conn, plan)
+        assert db.checksum("notes")[0] == 0  # nothing visible
+        monkeypatch.setattr(steps, "copy_partition", real)
+        summary = steps.finalize(conn, plan)
+    assert summary.rows == expected[0]
+    assert db.checksum("notes") == expected
