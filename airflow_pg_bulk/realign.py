@@ -109,6 +109,8 @@ def repair(conn: Any, plan: LoadPlan) -> list[int]:
     first, so that a repair cut short is finished by the next finalize."""
     from airflow_pg_bulk import steps  # steps imports finalize, which calls this
 
+    if not any(piece.speculative for part in plan.partitions for piece in part.pieces):
+        return []  # no guessed bound: nothing can be misaligned (and no query to make)
     t = plan.target
     flagged = {
         row[0] for row in execute(conn, sql.misaligned_partitions(t.schema, plan.ledger_table))

@@ -409,8 +409,9 @@ def plan_partitions(
 ) -> list[Partition]:
     """Cut the files into about ``partitions`` partitions of similar size.
 
-    A large uncompressed file is split at record starts (quote-aware); compressed files stay
-    whole. Pieces are then packed into partitions, largest first, each into the lightest one.
+    A large uncompressed file or object is split at record starts found from a bounded window
+    at each split point (:func:`_split_file`); compressed files and streams stay whole.
+    Pieces are then packed into partitions, largest first, each into the lightest one.
     """
     if partitions < 1:
         raise ValueError("partitions must be at least 1")
