@@ -1,7 +1,8 @@
 """Byte ranges of a big file without a serial scan: split points guessed from a bounded window,
 verified by the COPY tasks and repaired by finalize (docs/design.md, "Splitting without a scan").
 
-Prepare reads at most :data:`MAX_WINDOW` bytes around each split point:
+Prepare reads a window of :data:`WINDOW` bytes at each split point (read again 4 and 16 times
+as large, up to :data:`MAX_WINDOW`, when it holds no record end: at most about 1.3 MiB):
 
 * text format: record boundaries are local (a newline ends a record unless an odd run of
   backslashes precedes it), so the boundary found is exact;
