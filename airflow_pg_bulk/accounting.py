@@ -9,7 +9,6 @@ did not arrive; the partition's transaction rolls back, so nothing reaches the t
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 
 from airflow_pg_bulk import records, sources
@@ -26,8 +25,8 @@ def counted_chunks(
     counter = records.RecordCounter(
         sources.syntax_of(opts),
         rule,
-        first_line=piece.first_line,
-        file_end=_ends_file(piece),
+        first_line=piece.first_line or 1,
+        file_end=sources.piece_ends_file(piece),
         expected_newline=piece.newline.encode() if piece.newline else None,
         encoding=opts.encoding,
     )
@@ -36,11 +35,12 @@ def counted_chunks(
         try:
             yield from counter.wrap(sources.piece_chunks(piece, opts))
         except records.RecordError as exc:
+            # a piece past a guessed split point counts its lines only now
+            line = exc.line if piece.first_line else exc.line + sources.first_line(piece, opts) - 1
             raise BadDataError(
-                f"{piece.path} line {exc.line}: {exc.message}. Nothing of this load reached "
-                f"{target}.",
+                f"{piece.path} line {line}: {exc.message}. Nothing of this load reached {target}.",
                 path=piece.path,
-                line=exc.line,
+                line=line,
             ) from None
 
     return counter, chunks()
@@ -60,7 +60,7 @@ def check_rows(
     taken = rows + skipped
     if taken == sent:
         return
-    where = f"{piece.path} (the part from line {piece.first_line})"
+    where = f"{piece.path} (the part from line {sources.first_line(piece, opts)})"
     line = None
     if taken < sent and not skipped:
         try:
@@ -82,9 +82,3 @@ def check_rows(
         path=piece.path,
         line=line,
     )
-
-
-def _ends_file(piece: Piece) -> bool:
-    if piece.compression or piece.end is None:
-        return True
-    return piece.end >= os.path.getsize(piece.path)

@@ -23,6 +23,7 @@ from airflow_pg_bulk import (
     offenders,
     partitioned,
     planning,
+    realign,
     rebuild,
     sql,
     statistics,
@@ -65,6 +66,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
             execute(conn, sql.load_lock(plan.load_id))
             conn.commit()
             locked = True
+            realign.repair(conn, plan)  # ranges cut at a wrongly guessed record start
             rows, nbytes, rejected, finalized = _check_ledger(conn, plan)
         if finalized:
             log.info(

@@ -4,8 +4,9 @@ filesystem serves, through Airflow's :class:`~airflow.sdk.ObjectStoragePath`.
 A URL is listed by prepare (globs over prefixes, ``**`` allowed) and each object becomes one
 whole piece that records the object's size and ETag; the COPY task that owns it opens it again,
 checks both, and streams it straight into COPY in chunks (decompressing a gzip object on the
-way): nothing is written to disk and memory stays at about :data:`BLOCK_SIZE` per object. Big
-uncompressed objects are not split into byte ranges yet: one object is one piece.
+way): nothing is written to disk and memory stays at about :data:`BLOCK_SIZE` per object. A big
+uncompressed object is cut into byte ranges (:mod:`~airflow_pg_bulk.ranges`): prepare reads a
+window at each split point (:func:`open_seekable`) and each COPY task reads only its range.
 
 Credentials: ``conn_id`` names an Airflow connection (``aws`` for ``s3://``; its extra
 ``endpoint_url`` points at an S3-compatible store); without one, the filesystem reads the
@@ -269,6 +270,19 @@ def open_header(url: str, conn_id: str | None, compression: str | None) -> IO[by
     return gzip.GzipFile(fileobj=raw, mode="rb") if compression == "gzip" else raw
 
 
+def open_seekable(url: str, conn_id: str | None, block_size: int = HEADER_BLOCK) -> IO[bytes]:
+    """The (uncompressed) object opened for reads at any offset: each read is a range request
+    of what it asks for (no read-ahead), as prepare reads a window at each split point and a
+    repair reads a range exactly."""
+    where = _path(url, conn_id)
+    try:
+        return where.fs.open(where.key, "rb", block_size=block_size, cache_type="none")
+    except PermissionError as exc:
+        raise _access_denied(url, conn_id, exc) from None
+    except FileNotFoundError:
+        raise LoadRefusedError(f"source {url!r}: the object does not exist") from None
+
+
 def content_chunks(
     url: str,
     conn_id: str | None,
@@ -276,8 +290,11 @@ def content_chunks(
     size: int | None,
     etag: str | None,
     chunk_size: int,
+    start: int = 0,
+    end: int | None = None,
 ) -> Iterator[bytes]:
-    """The object's whole (decompressed) content, header included, in chunks.
+    """The object's whole (decompressed) content, header included, in chunks; or, for an
+    uncompressed object split into ranges, the bytes ``[start, end)`` only.
 
     Before the first byte, the object's size and ETag are checked against what prepare listed
     (``size``, ``etag``); on S3 every range request is conditional on that ETag; after the last
@@ -290,18 +307,42 @@ def content_chunks(
         before = fs.info(key)
         _check_unchanged(url, before, size, etag)
         mb = int(before["size"]) / 1e6
-        log.info("Reading %s (%.1f MB%s)", url, mb, ", gzip" if compression else "")
-        with fs.open(key, "rb", block_size=BLOCK_SIZE, cache_type="readahead") as raw:
+        if end is None:
+            log.info("Reading %s (%.1f MB%s)", url, mb, ", gzip" if compression else "")
+        else:
+            log.info(
+                "Reading %s bytes %d-%d (%.1f MB of %.1f MB)",
+                url,
+                start,
+                end,
+                (end - start) / 1e6,
+                mb,
+            )
+        # a range is read in BLOCK_SIZE range requests of its own bytes (none past its end)
+        cache = "readahead" if end is None else "none"
+        with fs.open(key, "rb", block_size=BLOCK_SIZE, cache_type=cache) as raw:
             details = getattr(raw, "details", None)
             if isinstance(details, dict):
                 _check_unchanged(url, details, size, etag)
             counting = _Counting(raw)
-            reader: Any = (
-                gzip.GzipFile(fileobj=counting, mode="rb") if compression == "gzip" else counting
+            if end is not None:
+                raw.seek(start)
+                yield from _range_chunks(counting, end - start, chunk_size)
+            else:
+                reader: Any = (
+                    gzip.GzipFile(fileobj=counting, mode="rb")
+                    if compression == "gzip"
+                    else counting
+                )
+                while chunk := reader.read(chunk_size):
+                    yield chunk
+        if end is not None and counting.count != end - start:
+            raise SourceChangedError(
+                f"source {url} changed while it was read: {counting.count} bytes read from "
+                f"offset {start} where the range holds {end - start}; nothing of this partition "
+                "was committed. Run the load again (prepare lists the objects anew)"
             )
-            while chunk := reader.read(chunk_size):
-                yield chunk
-        if size is not None and counting.count != size:
+        if end is None and size is not None and counting.count + start != size:
             raise SourceChangedError(
                 f"source {url} changed while it was read: {counting.count} bytes read where "
                 f"prepare listed {size}; nothing of this partition was committed. Run the load "
@@ -368,6 +409,19 @@ def _read_errors(url: str, conn_id: str | None, etag: str | None) -> Iterator[No
             f"reading {url} failed ({type(exc).__name__}: {scrub(str(exc))}); nothing of this "
             "partition was committed and a retry reads the object again"
         ) from None
+
+
+def _range_chunks(raw: _Counting, length: int, chunk_size: int) -> Iterator[bytes]:
+    """``length`` bytes from ``raw``'s position, in range requests of at most BLOCK_SIZE,
+    handed out in chunks of at most ``chunk_size``."""
+    left = length
+    while left > 0:
+        block = raw.read(min(BLOCK_SIZE, left))
+        if not block:
+            return
+        left -= len(block)
+        for k in range(0, len(block), chunk_size):
+            yield block[k : k + chunk_size]
 
 
 def _damaged(url: str, exc: BaseException) -> Exception:

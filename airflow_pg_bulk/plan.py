@@ -167,6 +167,10 @@ class Piece(PlainData):
     :param etag: an object's ETag when prepare listed it (checked before and while it is read).
     :param row_groups: a Parquet piece's row groups (consecutive, by index in the file);
         ``start`` and ``end`` are then the bytes they span, ``source_size`` the file's size.
+    :param speculative: its start or its end is a record start guessed from a bounded window
+        (csv: see :mod:`~airflow_pg_bulk.ranges`); its COPY task checks that its last record
+        ends at ``end``, and finalize repairs the file's pieces from the first that did not.
+        ``first_line`` is then 0 (not counted; counted when an error needs it) past piece 0.
     """
 
     path: str
@@ -181,6 +185,7 @@ class Piece(PlainData):
     source_size: int | None = None
     etag: str | None = None
     row_groups: tuple[int, ...] = ()
+    speculative: bool = False
 
     @property
     def size(self) -> int | None:

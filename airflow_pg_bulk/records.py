@@ -141,6 +141,13 @@ class RecordCounter:
             raise RuntimeError("finish() was not called")
         return self._records
 
+    @property
+    def ends_at_record_start(self) -> bool:
+        """Whether the stream's last byte ended a record (outside quotes, not escaped), or the
+        stream is empty (valid after :meth:`finish`): a piece that ends where its next piece's
+        guessed start is ends cleanly exactly when this holds."""
+        return self._at_start
+
     def feed(self, data: bytes) -> None:
         """Account for the next bytes of the stream.
 

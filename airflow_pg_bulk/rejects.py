@@ -273,7 +273,9 @@ def _record_skipped(job: _Job, piece: Piece, lines: list[int], stack: ExitStack)
         with open(source.path, "rb") as f:
             f.seek(first)
             raw = f.read(content_end - first)
-        _record(job, line, raw, _exact_error(job.conn, job.statement, raw))
+        _record(
+            job, line + _line_offset(job, source), raw, _exact_error(job.conn, job.statement, raw)
+        )
 
 
 def _exact_error(conn: Any, statement: sql.Composable, raw: bytes) -> str:
@@ -350,9 +352,14 @@ def _set_aside(
     with open(source.path, "rb") as f:
         f.seek(first)
         raw = f.read(content_end - first)
-    _record(job, line, raw, message)
+    _record(job, line + _line_offset(job, source), raw, message)
     outcome.rejects += 1
     return next_start
+
+
+def _line_offset(job: _Job, source: Piece) -> int:
+    """Lines before a spooled range of an object (its spool's line 1 is the range's first)."""
+    return source.first_line - 1 if source.path != job.piece.path else 0
 
 
 def _plain_copy(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
@@ -367,6 +374,9 @@ def _plain_copy(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
         with gzip.open(piece.path, "rb") as src:
             shutil.copyfileobj(src, tmp)
     tmp.flush()
+    if objects.is_url(piece.path) and piece.end is not None:  # a range of an object
+        first = sources.first_line(piece, plan.copy)
+        return Piece(tmp.name, 0, os.path.getsize(tmp.name), first, newline=piece.newline)
     with open(tmp.name, "rb") as f:
         start = sources.content_start(f, piece, plan.copy)
     return Piece(tmp.name, start, os.path.getsize(tmp.name), 1)

@@ -4,8 +4,8 @@ partition's bytes to COPY in bounded memory.
 Files are addressed by path, so every worker that mounts the same path can load any partition
 (Celery or Kubernetes workers need a shared or network file system for local-file sources).
 Objects in storage (``s3://bucket/prefix/*.csv.gz``) are addressed by URL and read by
-:mod:`~airflow_pg_bulk.objects`: each object is one whole piece, streamed by the COPY task that
-owns it; a ``file://`` URL is a local path.
+:mod:`~airflow_pg_bulk.objects`: a gzip or small object is one whole piece, a big uncompressed
+one is cut into byte ranges like a file; a ``file://`` URL is a local path.
 
 Streams: ``"-"`` (standard input, named ``<stdin>`` in messages and in the reject table) and
 anything that exists but is not a regular file (a named pipe such as bash's ``<(zcat x.gz)``,
@@ -29,6 +29,8 @@ anything that exists but is not a regular file (a named pipe such as bash's ``<(
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import glob
 import gzip
 import io
@@ -44,7 +46,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import IO
 
-from airflow_pg_bulk import charsets, objects, splitting
+from airflow_pg_bulk import charsets, objects, ranges, splitting
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import CopyOptions, Partition, Piece
 
@@ -425,8 +427,9 @@ def plan_partitions(
 ) -> list[Partition]:
     """Cut the files into about ``partitions`` partitions of similar size.
 
-    A large uncompressed file is split at record starts (quote-aware); compressed files stay
-    whole. Pieces are then packed into partitions, largest first, each into the lightest one.
+    A large uncompressed file or object is split at record starts found from a bounded window
+    at each split point (:func:`_split_file`); compressed files and streams stay whole.
+    Pieces are then packed into partitions, largest first, each into the lightest one.
     """
     if partitions < 1:
         raise ValueError("partitions must be at least 1")
@@ -439,7 +442,8 @@ def plan_partitions(
         skip = header_lengths.get(file.path, 0) if opts.header else 0
         if file.is_object and file.size == 0:
             continue
-        if file.compression or is_stream(file.path) or file.is_object:
+        whole_object = file.is_object and _range_count(file.size - skip, target, opts) < 2
+        if file.compression or is_stream(file.path) or whole_object:
             newline = _header_newline(file, syntax) if skip else None
             pieces.append(
                 Piece(
@@ -464,30 +468,58 @@ def plan_partitions(
     return _pack(pieces, partitions, {f.path: f.size for f in files})
 
 
+def _range_count(size: int, target: int, opts: CopyOptions) -> int:
+    """How many ranges a file of ``size`` bytes (after its header) is cut into."""
+    count = max(1, round(size / target))
+    return count if count < 2 or splitting.can_split(opts.encoding) else 1
+
+
+@contextlib.contextmanager
+def open_source(path: str, conn_id: str | None = None) -> Iterator[tuple[IO[bytes], int]]:
+    """An uncompressed file or object opened for reads at any offset (an object by range
+    requests of what is read), and its size."""
+    if objects.is_url(path):
+        with objects.open_seekable(path, conn_id) as f:
+            yield f, int(f.size)
+    else:
+        with open(path, "rb") as f:
+            yield f, os.fstat(f.fileno()).st_size
+
+
 def _split_file(
     file: SourceFile, start: int, target: int, syntax: splitting.RecordSyntax, opts: CopyOptions
 ) -> list[Piece]:
-    size = file.size - start
-    count = max(1, round(size / target))
-    if count > 1 and not splitting.can_split(opts.encoding):
-        count = 1
-    offsets = [start]
-    if count > 1:
-        wanted = [start + size * k // count for k in range(1, count)]
-        offsets += splitting.record_starts(file.path, wanted, syntax)
-    offsets.append(file.size)
-    bounds = sorted(set(offsets))
-    newline = splitting.detect_newline(file.path, syntax)
+    """The file's (or uncompressed object's) pieces, cut at record starts found from a bounded
+    window at each split point (:mod:`~airflow_pg_bulk.ranges`): no scan of the whole file. A
+    piece whose start or end was guessed is speculative, and its first line is counted only if
+    an error needs it."""
+    count = _range_count(file.size - start, target, opts)
+    found: list[ranges.Boundary] = []
+    with open_source(file.path, file.conn_id) as (f, _size):
+        if count > 1:
+            found, _read = ranges.split_points(
+                f, start, file.size, count, syntax, opts.effective_delimiter.encode()
+            )
+        f.seek(0)
+        newline = splitting.detect_newline(f, syntax)
+        f.seek(0)
+        line = 1 + f.read(start).count(newline[-1:])  # the header's lines
+    bounds = [ranges.Boundary(start, True), *found, ranges.Boundary(file.size, True)]
     pieces = []
-    line = 1 + splitting.count_newlines(file.path, 0, start, newline=newline)
     for begin, end in itertools.pairwise(bounds):
-        if end > begin:
-            # a piece that does not start the file must end its lines as the file's first
-            # line does (checked by the COPY task: see records.RecordCounter)
-            ending = newline.decode() if begin > 0 else None
-            pieces.append(Piece(file.path, begin, end, line, newline=ending))
-            if end < file.size:  # the lines of the last piece are needed by no other piece
-                line += splitting.count_newlines(file.path, begin, end, newline=newline)
+        # a piece that does not start the file must end its lines as the file's first
+        # line does (checked by the COPY task: see records.RecordCounter)
+        ending = newline.decode() if begin.offset > 0 else None
+        speculative = not (begin.exact and end.exact)
+        first = line if begin.offset == start else 0
+        piece = Piece(
+            file.path, begin.offset, end.offset, first, newline=ending, speculative=speculative
+        )
+        if file.is_object:
+            piece = dataclasses.replace(
+                piece, conn_id=file.conn_id, source_size=file.size, etag=file.etag
+            )
+        pieces.append(piece)
     return pieces
 
 
@@ -500,10 +532,10 @@ def drops_bom(opts: CopyOptions) -> bool:
 
 
 def _has_bom(file: SourceFile, opts: CopyOptions) -> bool:
-    """A plain local file read as UTF-8 that starts with a byte-order mark."""
+    """A plain file or object read as UTF-8 that starts with a byte-order mark."""
     if not drops_bom(opts) or file.size < len(UTF8_BOM):
         return False
-    with open(file.path, "rb") as f:
+    with open_source(file.path, file.conn_id) as (f, _size):
         return f.read(len(UTF8_BOM)) == UTF8_BOM
 
 
@@ -530,6 +562,30 @@ def _without_bom(chunks: Iterator[bytes]) -> Iterator[bytes]:
             yield pending
         return
     yield from chunks
+
+
+def piece_ends_file(piece: Piece) -> bool:
+    """Whether the piece's bytes run to the end of its file or object."""
+    if piece.compression or piece.end is None:
+        return True
+    size = piece.source_size if objects.is_url(piece.path) else os.path.getsize(piece.path)
+    return size is None or piece.end >= size
+
+
+def first_line(piece: Piece, opts: CopyOptions) -> int:
+    """The physical line number of the piece's first byte in its file: as planned, or counted
+    now for a piece past a guessed split point (prepare does not read the file to count it)."""
+    if piece.first_line:
+        return piece.first_line
+    with open_source(piece.path, piece.conn_id) as (f, _size):
+        f.seek(0)
+        needle = splitting.detect_newline(f, syntax_of(opts))[-1:]
+        f.seek(0)
+        lines, left = 1, piece.start
+        while left > 0 and (block := f.read(min(READ_CHUNK, left))):
+            lines += block.count(needle)
+            left -= len(block)
+        return lines
 
 
 def _header_newline(file: SourceFile, syntax: splitting.RecordSyntax) -> str | None:
@@ -579,7 +635,8 @@ def piece_chunks(piece: Piece, opts: CopyOptions, chunk_size: int | None = None)
 
 
 def content_chunks(piece: Piece, chunk_size: int | None = None) -> Iterator[bytes]:
-    """The whole (decompressed) content of a stream or an object, header included."""
+    """The whole (decompressed) content of a stream or an object, header included; or the
+    bytes of an object's range (a piece with an ``end``)."""
     if objects.is_url(piece.path):
         return objects.content_chunks(
             piece.path,
@@ -588,6 +645,8 @@ def content_chunks(piece: Piece, chunk_size: int | None = None) -> Iterator[byte
             piece.source_size,
             piece.etag,
             chunk_size or READ_CHUNK,
+            piece.start,
+            piece.end,
         )
     return stream_chunks(piece, chunk_size)
 
@@ -605,7 +664,11 @@ def _gzip_chunks(piece: Piece, opts: CopyOptions, chunk_size: int) -> Iterator[b
 
 
 def _content(chunks: Iterator[bytes], piece: Piece, opts: CopyOptions) -> Iterator[bytes]:
-    """A whole-file piece's data: its header dropped, or else a UTF-8 byte-order mark."""
+    """A whole-file piece's data: its header dropped, or else a UTF-8 byte-order mark. A byte
+    range of an object is its bytes as they are: its bounds leave out the header and the mark
+    (planned like a local file's pieces)."""
+    if piece.end is not None:
+        return chunks
     if piece.skip_header:
         return _without_header(chunks, syntax_of(opts))
     return _without_bom(chunks) if drops_bom(opts) else chunks
@@ -650,7 +713,7 @@ def _locate_transcoded(
         first, last = splitting.record_line_numbers(
             tmp.name, 0, os.path.getsize(tmp.name), record_number, syntax
         )
-    offset = piece.first_line - 1
+    offset = first_line(piece, opts) - 1
     return first + offset, last + offset
 
 
@@ -676,6 +739,11 @@ def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, in
                 shutil.copyfileobj(src, tmp)
         tmp.flush()
         size = os.path.getsize(tmp.name)
+        if objects.is_url(piece.path) and piece.end is not None:  # a range, spooled alone
+            start, end = 0, piece.end - piece.start
+            first, last = splitting.record_line_numbers(tmp.name, start, end, record_number, syntax)
+            offset = first_line(piece, opts) - 1
+            return first + offset, last + offset
         with open(tmp.name, "rb") as f:
             start = content_start(f, piece, opts)
         return splitting.record_line_numbers(tmp.name, start, size, record_number, syntax)

@@ -318,7 +318,9 @@ def create_ledger(schema: str, ledger: str) -> Composed:
     return SQL(
         "CREATE TABLE {} (partition integer PRIMARY KEY, rows bigint NOT NULL DEFAULT 0,"
         " bytes bigint NOT NULL DEFAULT 0, seconds double precision NOT NULL DEFAULT 0,"
-        " rejects bigint NOT NULL DEFAULT 0, loaded_at timestamptz NOT NULL DEFAULT now())"
+        " rejects bigint NOT NULL DEFAULT 0, loaded_at timestamptz NOT NULL DEFAULT now(),"
+        " misaligned boolean NOT NULL DEFAULT false,"
+        " copy_xid bigint NOT NULL DEFAULT txid_current() % 4294967296)"
     ).format(_table(schema, ledger))
 
 
@@ -412,6 +414,46 @@ def record_partition(
 def partition_figures(schema: str, ledger: str, partition: int) -> Composed:
     """The committed figures of one partition."""
     return SQL("SELECT rows, bytes, seconds, rejects FROM {} WHERE partition = {}").format(
+        _table(schema, ledger), Literal(partition)
+    )
+
+
+# --- ranges whose guessed start was wrong (see ranges.py) ------------------------------------
+
+
+def record_misaligned(schema: str, ledger: str, partition: int) -> Composed:
+    """Commit a partition with no rows, marked for finalize to load again from exact bounds."""
+    return SQL(
+        "INSERT INTO {} (partition, misaligned) VALUES ({}, true)"
+        " ON CONFLICT (partition) DO UPDATE SET misaligned = true"
+    ).format(_table(schema, ledger), Literal(partition))
+
+
+def misaligned_partitions(schema: str, ledger: str) -> Composed:
+    """The partitions marked for loading again."""
+    return SQL("SELECT partition FROM {} WHERE misaligned ORDER BY partition").format(
+        _table(schema, ledger)
+    )
+
+
+def mark_misaligned(schema: str, ledger: str, partitions: Sequence[int]) -> Composed:
+    """Mark committed partitions for loading again (before any of their rows is deleted)."""
+    return SQL("UPDATE {} SET misaligned = true WHERE partition = ANY({})").format(
+        _table(schema, ledger), Literal(list(partitions))
+    )
+
+
+def delete_partition_rows(schema: str, staging: str, ledger: str, partition: int) -> Composed:
+    """Delete a partition's rows from staging: the rows its COPY transaction wrote, whose
+    ``xmin`` is the transaction id the partition's ledger row recorded (``copy_xid``)."""
+    return SQL(
+        "DELETE FROM {} WHERE xmin::text::bigint = (SELECT copy_xid FROM {} WHERE partition = {})"
+    ).format(_table(schema, staging), _table(schema, ledger), Literal(partition))
+
+
+def forget_partition(schema: str, ledger: str, partition: int) -> Composed:
+    """Remove a partition's ledger row (in the transaction that loads it again)."""
+    return SQL("DELETE FROM {} WHERE partition = {}").format(
         _table(schema, ledger), Literal(partition)
     )
 

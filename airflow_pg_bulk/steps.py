@@ -23,6 +23,7 @@ from airflow_pg_bulk import (
     parquet,
     partitioned,
     planning,
+    realign,
     rebuild,
     records,
     rejects,
@@ -40,7 +41,7 @@ from airflow_pg_bulk.driver import (
     server_error,
     server_version,
 )
-from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Settings
@@ -299,6 +300,9 @@ def copy_partition(
                 rows, nbytes = rows + loaded, nbytes + sent
                 continue
             if plan.errors.rejecting:
+                # a row set aside must be a real record: check the guessed bounds first
+                if piece.speculative and not realign.aligned(piece, plan.copy):
+                    raise realign.Misaligned(piece)
                 outcome = rejects.copy_rejecting(
                     conn,
                     plan,
@@ -317,10 +321,17 @@ def copy_partition(
             counter, chunks = accounting.counted_chunks(piece, plan.copy, rule, t.qualified)
             counted = _Counted(chunks, progress, nbytes, part.bytes)
             try:
-                loaded = copy_in(conn, statement, counted)
-            except Exception as exc:
-                raise translate.copy_error(exc, plan, piece) from exc
-            accounting.check_rows(counter, piece, plan.copy, t.qualified, loaded)
+                try:
+                    loaded = copy_in(conn, statement, counted)
+                except Exception as exc:
+                    raise translate.copy_error(exc, plan, piece) from exc
+                realign.check_end(counter, piece)
+                accounting.check_rows(counter, piece, plan.copy, t.qualified, loaded)
+            except BadDataError as exc:
+                # bad data, or bytes cut at a wrongly guessed record start?
+                if piece.speculative and not realign.aligned(piece, plan.copy):
+                    raise realign.Misaligned(piece) from exc
+                raise
             rows += loaded
             nbytes += counted.bytes
         seconds = time.perf_counter() - started
@@ -331,6 +342,9 @@ def copy_partition(
             ),
         )
         conn.commit()
+    except realign.Misaligned as exc:
+        rollback_quietly(conn)
+        return realign.record_misaligned(conn, plan, index, exc, time.perf_counter() - started)
     except BaseException:
         rollback_quietly(conn)
         raise

@@ -62,7 +62,8 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
         try:
             first, last = sources.locate(piece, record, plan.copy)
         except ValueError:  # the file's bytes cannot be read the way the server read them
-            where += f" (record {record} of the part starting at line {piece.first_line})"
+            start = sources.first_line(piece, plan.copy)
+            where += f" (record {record} of the part starting at line {start})"
         else:
             line = first
             where += f" line {first}" if first == last else f" lines {first}-{last}"

@@ -202,3 +202,17 @@ def sqlstate_of(exc: BaseException) -> str | None:
         if code:
             return code
     return None
+
+
+def multiline_rows(count: int, newline: bytes, long_note_every: int = 0) -> bytes:
+    """items rows (csv) whose note is quoted and spans lines, with doubled quotes inside (a
+    quote-free run of 20,000 lines every ``long_note_every`` rows: the kind of field a bounded
+    window cannot see the start of)."""
+    eol = newline.decode()
+    out = []
+    for i in range(1, count + 1):
+        note = f'line one of {i}{eol}line two, ""quoted"" {i}{eol}'
+        if long_note_every and i % long_note_every == 0:
+            note = eol.join(f"{k},{i}" for k in range(20_000))
+        out.append(f'{i},"name {i}",{i % 97}.25,2024-01-{1 + i % 28:02d},"{note}"'.encode())
+    return newline.join(out) + newline

@@ -76,3 +76,17 @@ def test_partitioned_benchmark_loads_the_same_rows_every_way(pg_dsn: str, tmp_pa
     assert code == 0  # every method gave the same rows, a year of them
     assert set(results) == set(partitioned.METHODS)
     assert {r["rows"] for r in results.values()} == {20 * 365}
+
+
+@pytest.mark.slow  # starts its own S3 server and loads four times: CI pass 1 only
+def test_ranges_benchmark_runs_small(pg_dsn: str, tmp_path: Path) -> None:
+    """benchmarks/ranges.py, 4 MB: every load loads every row (it asserts so) and the report
+    names each measure."""
+    from benchmarks import ranges
+
+    report = ranges.main(
+        ["--dsn", pg_dsn, "--size-mb", "4", "--a-days", "3", "--workdir", str(tmp_path)]
+    )
+    for measure in ("windows only (local file)", "exact serial scan", "plain COPY",
+                    "load, object in the S3 server", "A from S3 / from disk"):  # fmt: skip
+        assert measure in report, measure

@@ -5,16 +5,27 @@ benchmarks run the same DAG under a real scheduler, where they run in parallel."
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv, write_parts
+from helpers import (
+    create_items,
+    leftovers,
+    multiline_rows,
+    plain_copy_checksum,
+    rows,
+    write_csv,
+    write_parts,
+)
 
+from airflow_pg_bulk import ranges
 from airflow_pg_bulk.demo import workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
+from airflow_pg_bulk.splitting import RecordSyntax, record_starts
 
 pytestmark = pytest.mark.dag_run
 
@@ -42,6 +53,7 @@ def test_example_dags_import_without_errors(dagbag):
     assert set(dagbag.dag_ids) >= {
         "example_pg_bulk_replace_many_csv",
         "example_pg_bulk_append_one_big_file",
+        "example_pg_bulk_load_from_s3",
         "pg_bulk_smart_meter",
         "example_pg_bulk_upsert_daily",
     }
@@ -492,3 +504,45 @@ def test_a_load_emits_the_targets_asset_event_and_openlineage(airflow_db, exampl
     assert output["outputFacets"]["outputStatistics"]["rowCount"] == 600
     assert output["facets"]["lifecycleStateChange"]["lifecycleStateChange"] == "OVERWRITE"
     assert [f["name"] for f in output["facets"]["schema"]["fields"]] == HEADER
+
+
+def test_load_from_s3_example_runs(dagbag, example_conn, s3_server, monkeypatch, tmp_path):
+    """The S3 example against a real S3 endpoint (moto's server) through an aws connection:
+    one object, a header, cut into 4 ranges, some of whose guessed starts are wrong (long
+    quoted fields of quote-free lines): the COPY tasks mark them, finalize loads them again,
+    and the table equals a plain COPY of the same rows."""
+    db = example_conn
+    create_items(db)
+    body = multiline_rows(300, b"\r\n", long_note_every=60)
+    whole = tmp_path / "whole.csv"
+    whole.write_bytes(body)
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    bucket = s3_server.bucket()
+    header = ",".join(HEADER).encode() + b"\r\n"
+    whole_object = tmp_path / "object.csv"
+    whole_object.write_bytes(header + body)
+    guesses, _ = ranges.split_points(
+        io.BytesIO(header + body), len(header), len(header + body), 4, RecordSyntax()
+    )
+    wrong = [
+        g for g in guesses if record_starts(whole_object, [g.offset], RecordSyntax()) != [g.offset]
+    ]
+    assert wrong  # the repair runs under Airflow
+    s3_server.client().put_object(Bucket=bucket, Key="in/events.csv", Body=header + body)
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_S3", s3_server.connection_json())
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+    run, states = _run(
+        dagbag,
+        "example_pg_bulk_load_from_s3",
+        {"table": db.table("items"), "source": f"s3://{bucket}/in/events.csv"},
+    )
+
+    assert run.state == "success", states
+    assert sum(1 for (task, _), s in states.items() if task.endswith(".copy")) == 4
+    assert states[("report", -1)] == "success"
+    assert db.checksum("items") == expected
+    assert leftovers(db) == []

@@ -22,7 +22,9 @@ of ``CopyReadLineText`` for 15 and 18); a final marker with nothing after it is 
 Re-run: ``.venv/bin/python -m pytest -q tests/test_differential.py -x`` (the default server is
 a throwaway PostgreSQL 18; ``PG_BULK_TEST_DSN`` names another). ``PG_BULK_DIFF_FILES`` sets how
 many generated files (default 1000: about 2 minutes per server on 2 cores), ``PG_BULK_DIFF_SEED``
-the seed, ``PG_BULK_DIFF_WORKERS`` how many files are checked at once (default 2). A batch's
+the seed, ``PG_BULK_DIFF_WORKERS`` how many files are checked at once (default 2),
+``PG_BULK_DIFF_OBJECT_FILES`` how many more are loaded as objects from an S3 server (moto's;
+default 16: a big one is cut into byte ranges). A batch's
 failure prints, per kind, up to 3 cases with the server version, partition count, COPY options,
 COPY's outcome and the load's, and each
 case as a ``Case(...)`` literal (or its ``generate(seed)`` call): paste it into :data:`KNOWN`.
@@ -33,7 +35,7 @@ from __future__ import annotations
 import os
 import random
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,7 +152,7 @@ def oracle(worker: Worker, case: Case) -> Outcome:
         return Outcome(error=exc)
 
 
-def run_load(worker: Worker, path: Path, case: Case, partitions: int) -> Outcome:
+def run_load(worker: Worker, path: Path | str, case: Case, partitions: int) -> Outcome:
     """The package's in-process load into the empty t<ncols>, then its rows (and emptied)."""
     conn = worker.conn
     name = worker.table("t", case.ncols)
@@ -514,10 +516,13 @@ def expectation(oracle_outcome: Outcome, stop: MarkerStop | None) -> tuple[str, 
 
 
 def check_case(
-    worker: Worker, case: Case, version: int
+    worker: Worker, case: Case, version: int, upload: Callable[[Path], str] | None = None
 ) -> tuple[list[Mismatch], Outcome, MarkerStop | None]:
-    path = worker.directory / ("case.csv" if case.fmt == "csv" else "case.txt")
+    """``upload``: load the file from where it puts it (an object's URL) instead."""
+    path: Path | str = worker.directory / ("case.csv" if case.fmt == "csv" else "case.txt")
     path.write_bytes(case.data)
+    if upload is not None:
+        path = upload(path)
     reference = oracle(worker, case)
     stop = marker_stop(case, version) if reference.error is None else None
     want, detail = expectation(reference, stop)
@@ -639,6 +644,36 @@ def test_random_files(workers: list[Worker], batch: int) -> None:
     )
     if mismatches:
         _fail_with(mismatches, version, count)
+
+
+OBJECT_FILES = int(os.environ.get("PG_BULK_DIFF_OBJECT_FILES", "16"))  # ~7 s on 2 cores
+
+
+def test_random_objects(
+    workers: list[Worker], s3_server: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OBJECT_FILES generated files loaded as objects from an S3 server (moto's), at the same
+    partition counts: a big one is cut into byte ranges read by range requests, and must give
+    what one COPY of its bytes gives, as a file must."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3_server.access_key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3_server.secret_key)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3_server.endpoint)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", s3_server.region)
+    bucket = s3_server.bucket()
+    client = s3_server.client()
+    version = _version(workers[0])
+    cases = [generate(f"{SEED}:objects:{i}") for i in range(OBJECT_FILES)]
+    mismatches = []
+    for i, case in enumerate(cases):
+
+        def upload(path: Path, key: str = f"case-{i}") -> str:
+            client.put_object(Bucket=bucket, Key=key, Body=path.read_bytes())
+            return f"s3://{bucket}/{key}"
+
+        if case.data:  # an empty object is skipped, not loaded: nothing to compare
+            mismatches += check_case(workers[0], case, version, upload)[0]
+    if mismatches:
+        _fail_with(mismatches, version, len(cases))
 
 
 def test_generator_covers_the_ground() -> None:

@@ -6,18 +6,20 @@ mid-COPY. Every load is compared with a plain COPY of the same bytes."""
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import json
 import logging
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
+from helpers import create_items, leftovers, multiline_rows, plain_copy_checksum, rows, write_csv
 from psycopg import sql
 
-from airflow_pg_bulk import objects, runner, sources, steps
+from airflow_pg_bulk import objects, ranges, runner, sources, steps
 from airflow_pg_bulk.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -75,6 +77,24 @@ def _upload(server: Any, bucket: str, key: str, body: bytes) -> str:
     return f"s3://{bucket}/{key}"
 
 
+@contextlib.contextmanager
+def _planned(db: Any, request: Any) -> Iterator[tuple[Any, Any]]:
+    """A psycopg connection and the plan prepare made for ``request``; cleanup afterwards."""
+    conn = open_connection(db.dsn, "psycopg")
+    load_id = uuid.uuid4().hex[:12]
+    try:
+        yield conn, steps.prepare(conn, request, load_id)
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+
+
+def _copy_and_finalize(conn: Any, plan: Any) -> Any:
+    for part in plan.partitions:
+        steps.copy_partition(conn, plan, part.index)
+    return steps.finalize(conn, plan)
+
+
 def test_many_objects_gzip_and_plain_from_the_environment_equal_a_plain_copy(
     db, s3_env, tmp_path, caplog, capfd
 ):
@@ -114,14 +134,11 @@ def test_objects_through_an_airflow_connection_header_crlf_gzip(db, s3_conn, tmp
         urls.append(_upload(s3_conn, bucket, f"in/{path.name}", body))
     expected = plain_copy_checksum(db, whole, "FORMAT csv")
 
-    conn = open_connection(db.dsn, "psycopg")
     request = request_from_options(
         db.table("items"), f"s3://{bucket}/in/*.csv", mode="append", header=True, partitions=2,
         source_conn_id=CONN_ID,
     )  # fmt: skip
-    load_id = uuid.uuid4().hex[:12]
-    try:
-        plan = steps.prepare(conn, request, load_id)
+    with _planned(db, request) as (conn, plan):
         pieces = [p for part in plan.partitions for p in part.pieces]
         assert sorted(p.path for p in pieces) == urls
         assert all(p.conn_id == CONN_ID and p.etag and p.source_size for p in pieces)
@@ -130,12 +147,7 @@ def test_objects_through_an_airflow_connection_header_crlf_gzip(db, s3_conn, tmp
         ]  # fmt: skip
         # the plan (XCom) holds the connection's id, never its secret
         assert s3_conn.secret_key not in json.dumps(plan.to_dict())
-        for part in plan.partitions:
-            steps.copy_partition(conn, plan, part.index)
-        summary = steps.finalize(conn, plan)
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
+        summary = _copy_and_finalize(conn, plan)
     assert summary.rows == 1000
     assert db.checksum("items") == expected
 
@@ -353,3 +365,118 @@ def test_a_byte_order_mark_loads_and_a_broken_key_names_the_object_and_line(db, 
 
     assert f"{url} line 2, whose key is already in the target" in str(failed.value)
     assert db.checksum("items") == before
+
+
+# --- one big object split into byte ranges (ranges.py) ---------------------------------------
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
+def test_a_big_object_is_split_into_ranges_read_by_range_requests(
+    db, s3_conn, tmp_path, monkeypatch, newline
+):
+    """One object cut into 4 ranges whose split points fall inside quoted multi-line fields,
+    with a header, through a connection: equal to a plain COPY of the same bytes; prepare
+    reads a bounded number of bytes of it; each range keeps the object's size and ETag."""
+    create_items(db)
+    body = multiline_rows(12_000, newline)
+    whole = tmp_path / "whole.csv"
+    whole.write_bytes(body)
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    header = ",".join(HEADER).encode() + newline
+    url = _upload(s3_conn, s3_conn.bucket(), "big.csv", header + body)
+
+    read = []
+    real = objects.open_seekable
+
+    def counting(*args, **kwargs):
+        f = real(*args, **kwargs)
+        inner = f.read
+
+        def read_counted(size=-1):
+            data = inner(size)
+            read.append(len(data))
+            return data
+
+        f.read = read_counted
+        return f
+
+    monkeypatch.setattr(objects, "open_seekable", counting)
+    request = request_from_options(
+        db.table("items"), url, mode="replace", header=True, partitions=4, source_conn_id=CONN_ID
+    )
+    with _planned(db, request) as (conn, plan):
+        prepared = sum(read)
+        pieces = sorted((p for part in plan.partitions for p in part.pieces), key=lambda p: p.start)
+        assert len(pieces) == 4
+        assert [p.end for p in pieces[:-1]] == [p.start for p in pieces[1:]]
+        assert (pieces[0].start, pieces[-1].end) == (len(header), len(header) + len(body))
+        assert all(p.speculative and p.etag and p.source_size and p.conn_id for p in pieces)
+        assert prepared <= 3 * (ranges.WINDOW + 1) + (64 << 10) + len(header)  # windows, line 1
+        summary = _copy_and_finalize(conn, plan)
+    assert summary.rows == expected[0] == 12_000
+    assert db.checksum("items") == expected
+
+
+def test_an_object_range_whose_guessed_start_was_wrong_is_repaired(db, s3_env, tmp_path):
+    create_items(db)
+    body = multiline_rows(300, b"\r\n", long_note_every=60)
+    whole = tmp_path / "whole.csv"
+    whole.write_bytes(body)
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    url = _upload(s3_env, s3_env.bucket(), "tricky.csv", body)
+
+    summary = runner.load(db.dsn, db.table("items"), url, mode="append", partitions=4)
+
+    assert summary.rows == expected[0] == 300
+    assert db.checksum("items") == expected
+
+
+def test_an_object_range_changed_after_prepare_fails_its_partition(db, s3_env):
+    create_items(db)
+    body = multiline_rows(4_000, b"\n")
+    bucket = s3_env.bucket()
+    url = _upload(s3_env, bucket, "big.csv", body)
+    request = request_from_options(db.table("items"), url, mode="replace", partitions=4)
+    with _planned(db, request) as (conn, plan):
+        assert len(plan.partitions) == 4
+        _upload(s3_env, bucket, "big.csv", body.replace(b"name 1", b"NAME 1"))  # same size
+        with pytest.raises(SourceChangedError, match="changed after prepare"):
+            steps.copy_partition(conn, plan, plan.partitions[-1].index)
+    assert db.checksum("items")[0] == 0
+
+
+def test_rejected_rows_of_an_object_range_name_their_line_in_the_object(db, s3_env):
+    """on_error='reject' over an object cut into ranges: a bad row in the last range is set
+    aside under its line in the whole object; the other rows load."""
+    create_items(db)
+    data = bytearray(multiline_rows(4_000, b"\n"))
+    at = data.index(b"\n3900,")
+    data[at + 1 : at + 5] = b"oops"
+    line = 1 + bytes(data[: at + 1]).count(b"\n")
+    url = _upload(s3_env, s3_env.bucket(), "r.csv", bytes(data))
+
+    summary = runner.load(
+        db.dsn, db.table("items"), url, mode="replace", partitions=4, on_error="reject",
+        max_rejects=5,
+    )  # fmt: skip
+
+    assert (summary.rows, summary.rejects) == (3_999, 1)
+    (found,) = db.run(sql.SQL("SELECT line FROM {}").format(db.ident("pgbulk_rejects")))
+    assert found == (line,)
+
+
+def test_a_split_object_with_a_byte_order_mark_and_no_header_loads(db, s3_env, tmp_path):
+    """The mark is left out of the first range (planned like a local file's first piece); the
+    other ranges pass their bytes as they are."""
+    create_items(db)
+    body = multiline_rows(3_000, b"\n")
+    whole = tmp_path / "whole.csv"
+    whole.write_bytes(body)
+    expected = plain_copy_checksum(db, whole, "FORMAT csv")
+    url = _upload(s3_env, s3_env.bucket(), "bom-big.csv", b"\xef\xbb\xbf" + body)
+
+    summary = runner.load(db.dsn, db.table("items"), url, mode="replace", partitions=3)
+
+    assert summary.partitions == 3
+    assert summary.rows == expected[0] == 3_000
+    assert db.checksum("items") == expected
