@@ -9,6 +9,7 @@ import platform
 import statistics
 import subprocess
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 NOISE = 0.10  # differences under 10% are not called (same-run noise here is 10-30%)
@@ -961,6 +962,16 @@ def profile_md(bench: Any) -> str:
 # --- the document ----------------------------------------------------------------------------
 
 
+def _other_results() -> list[str]:
+    """A line naming the result files the other benchmark scripts wrote (16 cores, incremental
+    and partitioned loads, Parquet, ranges), which a full run of this one leaves alone."""
+    found = sorted(Path(__file__).resolve().parent.glob("RESULTS-*.md"))
+    if not found:
+        return []
+    links = ", ".join(f"[{p.name}]({p.name})" for p in found)
+    return [f"Results of the other benchmark scripts: {links}.", ""]
+
+
 def _machine() -> list[str]:
     cpu = "?"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
@@ -992,6 +1003,7 @@ def render(bench: Any, command: str) -> str:
         f"{bench.started:%Y-%m-%d %H:%M} UTC; the run took {bench.elapsed / 60:.1f} min. "
         "Every full run overwrites this file.",
         "",
+        *_other_results(),
         "## Machine and server",
         "",
         *_machine(),
