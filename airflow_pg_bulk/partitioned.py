@@ -200,11 +200,22 @@ def finalize_partitioned(
     )
 
 
+#: at most this many partitions are built at once by finalize's extra sessions
+MAX_SIDE_BY_SIDE = 8
+
+
+def side_by_side(plan: LoadPlan) -> int:
+    """How many partitions finalize builds at once: as many as the load's COPY partitions (the
+    parallelism the load was given for the server), at least 2, at most ``MAX_SIDE_BY_SIDE``."""
+    return max(2, min(len(plan.partitions), MAX_SIDE_BY_SIDE))
+
+
 def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> float:
-    """In one process, between the COPYs and finalize: build the partitions finalize will
-    swap in (detach, indexes, constraints), up to ``jobs`` at once, each on a session of its
-    own (``connect``); finalize then finds them built, ANALYZEs them and swaps them in (each
-    build step is committed and skipped when found done). Nothing here touches the target.
+    """At the start of finalize (in one process and under Airflow alike, on finalize's extra
+    sessions): build the partitions finalize will swap in (detach, indexes, constraints), up
+    to ``jobs`` at once, each on a session of its own (``connect``); finalize then finds them
+    built, ANALYZEs them and swaps them in (each build step is committed and skipped when
+    found done). Nothing here touches the target.
     Returns the seconds taken (0: nothing to build side by side: fewer than two partitions,
     or the load finalized)."""
     if not partitioned_staging(plan) or jobs < 2:

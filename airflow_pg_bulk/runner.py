@@ -4,7 +4,6 @@ and ad-hoc loads."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -12,7 +11,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_pg_bulk import fanout, figures, naming, partitioned, steps
+from airflow_pg_bulk import fanout, figures, naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.driver import close_cancelling, connect
 from airflow_pg_bulk.errors import BadDataError
@@ -237,14 +236,9 @@ def load(
         workers = jobs or min(len(plan.partitions), 4)
         run_plan(factory, plan, workers)
         copies = figures.copy_span(main, plan)
-        built = partitioned.build_in_parallel(factory, plan, workers)
         name = naming.application_name(load_id, "finalize")
         steps.start_session(main, name)
         summary = steps.finalize(main, plan, fanout.Sessions(factory, name))
-        if built:  # a phase of finalize's work, before finalize itself
-            summary = dataclasses.replace(
-                summary, seconds={"build_partitions": built, **summary.seconds}
-            )
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)
