@@ -8,7 +8,6 @@ changed after prepare fails its partition."""
 from __future__ import annotations
 
 import datetime as dt
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from decimal import Decimal
@@ -22,7 +21,6 @@ from psycopg import sql
 from test_objects import CONN_ID
 
 from airflow_pg_bulk import runner, steps
-from airflow_pg_bulk.driver import connect as open_connection
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.objects import SourceChangedError
 from airflow_pg_bulk.plan import request_from_options
@@ -108,14 +106,9 @@ def _reference(db: Any, rows: list[dict[str, Any]], name: str = "reference") -> 
 @contextmanager
 def _prepared(db: Any, source: str, **options: Any) -> Iterator[tuple[Any, Any]]:
     """``(connection, plan)`` of a prepared Parquet load into ``target``; cleaned up after."""
-    conn = open_connection(db.dsn, "psycopg")
     request = request_from_options(db.table("target"), source, format="parquet", **options)
-    load_id = uuid.uuid4().hex[:12]
-    try:
-        yield conn, steps.prepare(conn, request, load_id)
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
+    with test_objects._planned(db, request) as planned:
+        yield planned
 
 
 def test_every_type_round_trips_exactly_over_many_row_groups_and_partitions(db, driver, tmp_path):
