@@ -24,6 +24,9 @@ transaction of its own that is rolled back too (the temporary table goes with it
 target is never touched. When a row cannot be found (an expression index, a constraint on a
 column that is not loaded, a stream that cannot be read twice, rows ``on_error="reject"`` set
 aside, which stop the second reading), the error names the load's files instead.
+
+The same replay, with a condition of its own (:func:`locate_failing`), finds the row of an
+upsert into a partitioned target that no partition takes (:mod:`airflow_pg_bulk.upsert`).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import dataclasses
 import logging
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from airflow_pg_bulk import naming, sources, sql
@@ -86,9 +90,27 @@ def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
     docstring); never raises (a failure to look is logged and the files are named). None: the
     constraint is not the target's (a key of a table referencing it, re-added by the swap,
     that the new rows no longer satisfy): no loaded row breaks it."""
-    files = tuple(dict.fromkeys(p.path for part in plan.partitions for p in part.pieces))
+    return _search(conn, plan, lambda: _checks(conn, plan, err))
+
+
+def locate_failing(conn: Any, plan: LoadPlan, condition: sql.Composable) -> Found:
+    """The file and line of the first loaded row (in the order :func:`_replay` reads the
+    pieces: source order for an upsert) for which ``condition`` holds, a condition on the
+    replayed row ``r`` (its loaded columns, e.g. :func:`airflow_pg_bulk.sql.in_no_partition`);
+    never raises; when no row is found, the load's files."""
+    return _search(conn, plan, lambda: [_failing(condition)]) or Found(files=_files(plan))
+
+
+def _files(plan: LoadPlan) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(p.path for part in plan.partitions for p in part.pieces))
+
+
+def _search(conn: Any, plan: LoadPlan, make: Callable[[], list[_Check] | None]) -> Found | None:
+    """Replay the source with the checks ``make`` gives ([]: none can find the row, None: no
+    row of the load is to blame), in a transaction rolled back after; see :func:`locate`."""
+    files = _files(plan)
     try:
-        checks = _checks(conn, plan, err)
+        checks = make()
         conn.rollback()
         if checks is None:
             return None
@@ -97,7 +119,7 @@ def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
             if found is not None:
                 return found
     except Exception:
-        log.warning("could not find the rows that break the constraint", exc_info=True)
+        log.warning("could not find the offending rows of load %s", plan.load_id, exc_info=True)
     finally:
         rollback_quietly(conn)
     return Found(files=files)

@@ -1390,12 +1390,27 @@ def truncate(schema: str, table: str) -> Composed:
 
 
 def unrouted_row(
-    schema: str, staging: str, columns: Sequence[str], bounds: Sequence[str]
+    schema: str,
+    staging: str,
+    columns: Sequence[str],
+    bounds: Sequence[str],
+    *,
+    in_source_order: bool = False,
 ) -> Composed:
     """One staged row that satisfies none of the partitions' constraints (``bounds``, rendered
-    by the server), as text, or no row."""
-    return SQL("SELECT ({})::text FROM {} AS loaded WHERE NOT ({}) LIMIT 1").format(
+    by the server), as text, or no row; ``in_source_order``: the first such row in source
+    order (an upsert's staging, by :data:`SOURCE_ORDER`), else any."""
+    return SQL("SELECT ({})::text FROM {} AS loaded WHERE {}{} LIMIT 1").format(
         _columns(columns),
         _table(schema, staging),
-        SQL(" OR ").join(SQL("coalesce(({}), false)").format(SQL(b)) for b in bounds),
+        in_no_partition(bounds),
+        SQL(" ORDER BY {}").format(Identifier(SOURCE_ORDER)) if in_source_order else SQL(""),
+    )
+
+
+def in_no_partition(bounds: Sequence[str]) -> Composed:
+    """A row (its columns unqualified) satisfies none of the partitions' constraints
+    (``bounds``, as ``pg_get_partition_constraintdef`` renders them; NULL counts as not)."""
+    return SQL("NOT ({})").format(
+        SQL(" OR ").join(SQL("coalesce(({}), false)").format(SQL(b)) for b in bounds)
     )

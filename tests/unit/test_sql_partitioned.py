@@ -61,6 +61,14 @@ def test_upsert_of_one_partition_takes_the_rows_its_constraint_admits() -> None:
         'SELECT ("id")::text FROM "s"."stage" AS loaded'
         " WHERE NOT (coalesce(((id < 10)), false) OR coalesce(((id >= 10)), false)) LIMIT 1"
     )
+    # once refused: the first such row in source order, and the source read again for its line
+    first = text(sql.unrouted_row("s", "stage", ["id"], ["(id < 10)"], in_source_order=True))
+    assert first.endswith(' ORDER BY "_pgbulk_source_order" LIMIT 1')
+    replayed = text(sql.replay_failing(sql.in_no_partition(["(id < 10)"]), after=7))
+    assert replayed == (
+        'SELECT r."pgbulk_row" FROM "pg_temp"."pgbulk_replay" r WHERE r."pgbulk_row" > 7'
+        ' AND (NOT (coalesce(((id < 10)), false))) ORDER BY r."pgbulk_row" LIMIT 1'
+    )
 
 
 def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
