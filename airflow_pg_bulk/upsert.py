@@ -14,12 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import history, naming, sql, statistics
+from airflow_pg_bulk import history, naming, offenders, sql, statistics
 from airflow_pg_bulk.driver import execute, scalar, server_version
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 from airflow_pg_bulk.planning import UniqueIndex
+from airflow_pg_bulk.translate import truncate
 
 log = logging.getLogger(__name__)
 
@@ -145,19 +146,32 @@ def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
 
 
 def _refuse_unrouted(conn: Any, plan: LoadPlan) -> None:
-    """A partitioned target: refuse a staged row that no partition takes, naming it."""
+    """A partitioned target: refuse a staged row that no partition takes, naming it and, read
+    again from the source (:func:`airflow_pg_bulk.offenders.locate_failing`), its file and
+    line (only once such a row is found: nothing more happens before)."""
     t = plan.target
     assert t.partitioning is not None
     bounds = [leaf.constraint for leaf in t.partitioning.leaves]
     if any(b is None for b in bounds):  # a lone DEFAULT partition takes every row
         return
-    found = execute(
-        conn, sql.unrouted_row(t.schema, plan.staging_table, plan.columns, [b for b in bounds if b])
+    constraints = [b for b in bounds if b]
+    if not execute(conn, sql.unrouted_row(t.schema, plan.staging_table, plan.columns, constraints)):
+        return
+    # the first such row in source order: the one the source's second reading finds first
+    row = execute(
+        conn,
+        sql.unrouted_row(
+            t.schema, plan.staging_table, plan.columns, constraints, in_source_order=True
+        ),
+    )[0][0]
+    conn.rollback()
+    found = offenders.locate_failing(conn, plan, sql.in_no_partition(constraints))
+    path, line = found.rows[0] if found.rows else (None, None)
+    raise BadDataError(
+        f"upsert into the partitioned {t.qualified}: no partition of it takes the loaded "
+        f"row {row} ({', '.join(plan.columns)}), {found.describe()}. Nothing of this load "
+        f"reached {t.qualified}",
+        path=path,
+        line=line,
+        value=truncate(row),
     )
-    if found:
-        conn.rollback()
-        raise BadDataError(
-            f"upsert into the partitioned {t.qualified}: no partition of it takes the loaded "
-            f"row {found[0][0]} ({', '.join(plan.columns)}). Nothing of this load reached "
-            f"{t.qualified}"
-        )

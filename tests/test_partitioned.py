@@ -443,13 +443,64 @@ def test_append_attaches_into_an_empty_partition_and_attach_skips_its_scan(db, p
     assert leftovers(db) == []
 
 
-def test_upsert_refuses_a_row_in_no_partition(db, pg_dsn, tmp_path):
+def test_upsert_refuses_a_row_in_no_partition_naming_its_file_and_line(db, pg_dsn, tmp_path):
+    """upsert stages into a plain table and routes in finalize: a row no partition takes
+    fails the load naming its values and, read again from the source, its file and line (the
+    line in the file, not in its piece); of two such rows, the first in source order; the
+    target is as it was."""
     setup_target(db, "list")
-    stray = (9999, datetime.date(2024, 2, 2), "x", 1, "1.00", "stray")
-    path = write_csv(tmp_path / "load.csv", [_row(5), stray])
+    a = write_csv(tmp_path / "a.csv", [_row(i) for i in range(300, 360)])
+    b_rows = [_row(i) for i in range(360, 420)]
+    b_rows[39] = (9998, datetime.date(2024, 2, 2), "x", 1, "1.00", "stray")  # b.csv line 40
+    b_rows[51] = (9999, datetime.date(2024, 2, 3), "y", 1, "1.00", "stray")  # b.csv line 52
+    b = write_csv(tmp_path / "b.csv", b_rows)
     before = _snapshot(db)
-    with pytest.raises(BadDataError, match=r"no partition of it takes the loaded row.*9999"):
-        runner.load(pg_dsn, db.table("readings"), str(path), mode="upsert")
+    request = LoadRequest(
+        mode="upsert", table=db.table("readings"), source=(str(a), str(b)), partitions=4
+    )
+    conn = connect_driver(pg_dsn)
+    plan = steps.prepare(conn, request, "c1b2c3d4e5f6")
+    stray_at = len("".join(b.read_text().splitlines(keepends=True)[:39]))  # its byte offset
+    holder = max(
+        (p for part in plan.partitions for p in part.pieces if p.path == str(b)),
+        key=lambda p: p.start if p.start <= stray_at else -1,
+    )
+    assert holder.start > 0  # a later piece of b.csv: its line 40 is not its piece's line 40
+    for part in plan.partitions:
+        steps.copy_partition(conn, plan, part.index)
+
+    with pytest.raises(BadDataError) as failed:
+        steps.finalize(conn, plan)
+
+    message = str(failed.value)
+    assert "no partition of it takes the loaded row (9998," in message
+    assert f"found at {b} line 40." in message
+    assert (failed.value.path, failed.value.line) == (str(b), 40)
+    assert "9999" not in message
+    assert _snapshot(db) == before
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert leftovers(db) == []
+
+
+def test_upsert_names_the_files_when_the_row_in_no_partition_cannot_be_found(db, pg_dsn, tmp_path):
+    """A row set aside by on_error="reject" (a.csv line 3) stops the source's second reading
+    before the row no partition takes: the error names the files the load read instead."""
+    setup_target(db, "list")
+    a_rows: list[tuple[Any, ...]] = [_row(i) for i in range(300, 310)]
+    a_rows[2] = (302, "not a date", "n", 1, "1.00", "bad")
+    a = write_csv(tmp_path / "a.csv", a_rows)
+    b = write_csv(tmp_path / "b.csv", [(9998, datetime.date(2024, 2, 2), "x", 1, "1.00", "")])
+    before = _snapshot(db)
+    with pytest.raises(BadDataError) as failed:
+        runner.load(
+            pg_dsn, db.table("readings"), [str(a), str(b)], mode="upsert",
+            on_error="reject", max_rejects=1,
+        )  # fmt: skip
+    message = str(failed.value)
+    assert "no partition of it takes the loaded row (9998," in message
+    assert f"the offending rows came from {a}, {b}." in message
+    assert (failed.value.path, failed.value.line) == (None, None)
     assert _snapshot(db) == before
     assert leftovers(db) == []
 
