@@ -64,7 +64,7 @@ def check_rows(
     line = None
     if taken < sent and not skipped:
         try:
-            line, _last = sources.locate(piece, taken + 1, opts)
+            line, _last = sources.locate(piece, taken + 1, opts, numbering="records")
         except ValueError:
             line = None
         else:

@@ -101,6 +101,17 @@ def locate_failing(conn: Any, plan: LoadPlan, condition: sql.Composable) -> Foun
     return _search(conn, plan, lambda: [_failing(condition)]) or Found(files=_files(plan))
 
 
+def locate_repeated_key(conn: Any, plan: LoadPlan, key: list[str]) -> Found:
+    """The file and line of the two loaded rows of the first ``key`` repeated within the load,
+    in the order :func:`_replay` reads the pieces (source order for an upsert): for
+    ``on_duplicate_key="fail"``; never raises; when no pair is found, the load's files."""
+    pair = _Check(
+        "pair",
+        lambda after: sql.replay_conflicting_pair(key, [None] * len(key), after=after, same=[]),
+    )
+    return _search(conn, plan, lambda: [pair]) or Found(files=_files(plan))
+
+
 def _files(plan: LoadPlan) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p.path for part in plan.partitions for p in part.pieces))
 
@@ -217,5 +228,5 @@ def _replay(conn: Any, plan: LoadPlan, checks: list[_Check]) -> Found | None:
 def _line(plan: LoadPlan, read: list[tuple[Piece, int]], row: int) -> tuple[str, int]:
     """The file and first physical line of replayed row number ``row``."""
     piece, before = next((p, b) for p, b in reversed(read) if b < row)
-    first, _last = sources.locate(piece, row - before, plan.copy)
+    first, _last = sources.locate(piece, row - before, plan.copy, numbering="records")
     return piece.path, first

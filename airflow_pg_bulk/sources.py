@@ -701,7 +701,11 @@ def _without_header(chunks: Iterator[bytes], syntax: splitting.RecordSyntax) -> 
 
 
 def _locate_transcoded(
-    piece: Piece, record_number: int, opts: CopyOptions, syntax: splitting.RecordSyntax
+    piece: Piece,
+    record_number: int,
+    opts: CopyOptions,
+    syntax: splitting.RecordSyntax,
+    numbering: splitting.Numbering = "postgres",
 ) -> tuple[int, int]:
     """:func:`locate` for encodings whose multi-byte characters may hold ``\\`` or quote
     bytes (SJIS, BIG5, GBK, ...): scan the piece re-encoded as UTF-8, where they cannot."""
@@ -711,23 +715,28 @@ def _locate_transcoded(
         tmp.write(text.encode("utf-8"))
         tmp.flush()
         first, last = splitting.record_line_numbers(
-            tmp.name, 0, os.path.getsize(tmp.name), record_number, syntax
+            tmp.name, 0, os.path.getsize(tmp.name), record_number, syntax, numbering=numbering
         )
     offset = first_line(piece, opts) - 1
     return first + offset, last + offset
 
 
-def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, int]:
+def locate(
+    piece: Piece, record_number: int, opts: CopyOptions, numbering: splitting.Numbering = "postgres"
+) -> tuple[int, int]:
     """Physical (first, last) line numbers, in the file, of the piece's ``record_number``-th
-    record (as COPY counts records: a quoted newline does not start a new one)."""
+    record: ``numbering="postgres"`` for the ``line N`` of a COPY error's context (csv: it
+    also counts the newlines inside quotes), ``"records"`` for a plain count of records (a
+    quoted newline does not start a new one); see :func:`splitting.record_line_numbers`."""
     syntax = syntax_of(opts)
     if is_stream(piece.path):
         raise ValueError(f"{piece.path} is a stream: it cannot be read again to count lines")
     if not splitting.can_split(opts.encoding):
-        return _locate_transcoded(piece, record_number, opts, syntax)
+        return _locate_transcoded(piece, record_number, opts, syntax, numbering)
     if piece.compression != "gzip" and not objects.is_url(piece.path):
+        end = piece.end or os.path.getsize(piece.path)
         return splitting.record_line_numbers(
-            piece.path, piece.start, piece.end or os.path.getsize(piece.path), record_number, syntax
+            piece.path, piece.start, end, record_number, syntax, numbering=numbering
         )
     # a gzip file or an object: its content spooled to a temporary file, to count lines in
     with tempfile.NamedTemporaryFile(suffix=".csv") as tmp:
@@ -741,9 +750,13 @@ def locate(piece: Piece, record_number: int, opts: CopyOptions) -> tuple[int, in
         size = os.path.getsize(tmp.name)
         if objects.is_url(piece.path) and piece.end is not None:  # a range, spooled alone
             start, end = 0, piece.end - piece.start
-            first, last = splitting.record_line_numbers(tmp.name, start, end, record_number, syntax)
+            first, last = splitting.record_line_numbers(
+                tmp.name, start, end, record_number, syntax, numbering=numbering
+            )
             offset = first_line(piece, opts) - 1
             return first + offset, last + offset
         with open(tmp.name, "rb") as f:
             start = content_start(f, piece, opts)
-        return splitting.record_line_numbers(tmp.name, start, size, record_number, syntax)
+        return splitting.record_line_numbers(
+            tmp.name, start, size, record_number, syntax, numbering=numbering
+        )

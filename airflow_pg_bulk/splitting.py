@@ -34,6 +34,9 @@ from typing import IO, Literal
 
 from airflow_pg_bulk.charsets import can_split, python_codec
 
+#: how a record is numbered: as PostgreSQL's COPY context counts (``line N``), or plainly
+Numbering = Literal["postgres", "records"]
+
 __all__ = [
     "RecordSyntax",
     "can_split",
@@ -737,7 +740,7 @@ def record_line_numbers(
     record_number: int,
     syntax: RecordSyntax,
     *,
-    numbering: Literal["postgres", "records"] = "postgres",
+    numbering: Numbering = "postgres",
 ) -> tuple[int, int]:
     """Physical line numbers ``(first, last)`` of the record an error in a range refers to.
 
@@ -772,7 +775,7 @@ def record_locations(
     record_numbers: Sequence[int],
     syntax: RecordSyntax,
     *,
-    numbering: Literal["postgres", "records"] = "postgres",
+    numbering: Numbering = "postgres",
 ) -> list[tuple[tuple[int, int, int], int, int]]:
     """``(span, first, last)`` for each of ``record_numbers`` (COPY's ``line N`` in a session
     that loaded ``[start, end)``): its byte span (:func:`record_span`) and its physical line
@@ -803,7 +806,7 @@ def record_span(
     record_number: int,
     syntax: RecordSyntax,
     *,
-    numbering: Literal["postgres", "records"] = "postgres",
+    numbering: Numbering = "postgres",
 ) -> tuple[int, int, int]:
     """Byte offsets ``(record_start, content_end, next_start)`` of the record that PostgreSQL's
     ``line N`` (``record_number``) names in a COPY session that loaded ``[start, end)``.
@@ -824,7 +827,7 @@ def record_spans(
     record_numbers: Sequence[int],
     syntax: RecordSyntax,
     *,
-    numbering: Literal["postgres", "records"] = "postgres",
+    numbering: Numbering = "postgres",
 ) -> list[tuple[int, int, int]]:
     """:func:`record_span` for several record numbers at once, in one pass over the range.
 
