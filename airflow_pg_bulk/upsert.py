@@ -136,10 +136,17 @@ def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
     *values, count, keys = found[0]
     conn.rollback()
     shown = ", ".join(f"{c}={v!r}" for c, v in zip(spec.key, values, strict=True))
+    where = offenders.locate_repeated_key(conn, plan, list(spec.key))
+    if where.rows:
+        lines = " and ".join(f"{path} line {line}" for path, line in where.rows)
+        located = f"; in source order, the first key loaded twice is at {lines}"
+    else:
+        located = f"; {where.describe()}"
     raise BadDataError(
         f"upsert into {t.qualified} with on_duplicate_key='fail': the key ({shown}) is loaded "
         f"{count} times"
         + (f" ({keys} keys are loaded more than once)" if keys > 1 else "")
+        + located
         + f". Nothing of this load reached {t.qualified}; use on_duplicate_key='last' to keep "
         "the row latest in source order"
     )

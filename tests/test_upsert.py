@@ -3,6 +3,8 @@ computes from the same files (one COPY in source order, then latest row per key 
 
 from __future__ import annotations
 
+import csv
+import re
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +117,23 @@ def test_on_duplicate_key_fail_names_the_key_and_leaves_the_target(db, connect, 
     message = str(failed.value)
     # id 1: line 1 and twice among a.csv's repeats, and in b.csv; ids 1-50 and 2990-3000 repeat
     assert "the key (id='1') is loaded 4 times (61 keys are loaded more than once)" in message
+    # the source read again: the two rows of the first key repeated in source order, by line
+    found = re.search(r"key loaded twice is at (\S+) line (\d+) and (\S+) line (\d+)", message)
+    assert found, message
+    named = [(found[1], int(found[2])), (found[3], int(found[4]))]
+
+    def id_at(path: str, line: int) -> str:  # a record's first field, by its first line
+        with open(path, newline="") as f:
+            reader, start = csv.reader(f), 1
+            for record in reader:
+                if start == line:
+                    return record[0]
+                start = reader.line_num + 1
+        raise AssertionError(f"no record starts at {path} line {line}")
+
+    assert [Path(p).name for p, _ in named] == ["a.csv", "a.csv"]
+    assert named[0][1] < named[1][1]
+    assert id_at(*named[0]) == id_at(*named[1])  # the same key on both lines
     assert db.checksum("items") == before
     assert leftovers(db) == []
 
