@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
         pinning.widen()
         count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
-        results[name] = {"seconds": round(seconds, 2), "rows": count, "checksum": checksum}
+        results[name] = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
         if one_month and name != "floor":  # the month re-sent: the floor table's rows?
             results[name]["month"] = list(result_of(dsn, _partition(ONE_MONTH)))
         if name == "project":
@@ -386,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     print("| method | seconds | rows | same result |")
     print("|---|---|---|---|")
     for name, r in results.items():
-        print(f"| `{name}` | {r['seconds']:.2f} | {r['rows']:,} | {'yes' if same else 'NO'} |")
+        print(f"| `{name}` | {r['seconds']:.3f} | {r['rows']:,} | {'yes' if same else 'NO'} |")
     ours = results.get("project", {})
     for key, value in ours.items():
         if key.startswith("ratio_to_"):
