@@ -1,12 +1,13 @@
 """A year of readings into a table partitioned by month: the project beside the other ways.
 
-    python -m benchmarks.partitioned --conn DSN [--meters 15000] [--partitions 2] [--json F]
+    python -m benchmarks.partitioned --conn DSN [--scenario year|one_month] [--meters 15000]
+        [--partitions 2] [--pin 0,1] [--json F]
 
-The target: ``readings`` (id, meter_id FK to ``meters``, reading, date), PRIMARY KEY (id, date),
-``PARTITION BY RANGE (date)`` into 12 monthly partitions, empty; the load: a year of readings
-(one per meter and day, from 2019-02-01), one CSV file per month. Methods, each on its own
-``FILE_COPY`` clone of the same base database, CHECKPOINT before, count and checksum after
-(they must be equal):
+Scenario ``year`` (the default). The target: ``readings`` (id, meter_id FK to ``meters``,
+reading, date), PRIMARY KEY (id, date), ``PARTITION BY RANGE (date)`` into 12 monthly
+partitions, empty; the load: a year of readings (one per meter and day, from 2019-02-01), one
+CSV file per month. Methods, each on its own ``FILE_COPY`` clone of the same base database,
+CHECKPOINT before, count and checksum after (they must be equal):
 
 - ``copy_parent``: one COPY per file into the partitioned parent, one transaction (its
   indexes and foreign key checked row by row);
@@ -15,6 +16,17 @@ The target: ``readings`` (id, meter_id FK to ``meters``, reading, date), PRIMARY
 - ``by_hand``: each month a standalone table (COPY, ADD PRIMARY KEY, a CHECK of its bounds,
   FK NOT VALID + VALIDATE, ANALYZE), then DETACH/DROP of the empty partitions and ATTACH x 12
   in one transaction: what the project automates.
+
+Scenario ``one_month``: the target holds 5 years (60 monthly partitions from 2019-02-01, filled,
+PK + FK, VACUUM ANALYZE; built untimed), and the load is its last month (2024-01) re-sent with
+new readings for the same keys, one file. Methods: ``floor`` (that month's rows COPYed into an
+UNLOGGED table with no index), ``project`` and ``by_hand`` (as above, one month: the standalone
+table, then DETACH + DROP of the old month and ATTACH of the new in one transaction).
+``project`` and ``by_hand`` must leave the same target (count and checksum); the month's
+partition must hold the floor table's rows. The ratio to the floor depends on the month's rows,
+not on the 59 partitions that are not touched.
+
+The project's phases (``LoadSummary.seconds``) are printed and written to ``--json``.
 
 Needs only psycopg and the package (no Airflow). Do not run it at full size on a shared
 machine: ``--meters 200`` checks that it works in seconds.
@@ -30,6 +42,8 @@ import platform
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime
 from pathlib import Path
 
@@ -41,9 +55,11 @@ from psycopg import sql
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
+from airflow_pg_bulk.figures import LoadSummary
 from benchmarks.incremental import (
     SCHEMA,
     TABLE,
+    Pinning,
     _admin,
     _checkpoint,
     _rows,
@@ -58,6 +74,9 @@ START = date.fromisoformat(demo_workload.START_DATE)  # 2019-02-01
 MONTHS = 12
 METHODS = ("floor", "copy_parent", "project", "by_hand")
 FLOOR_TABLE = "floor_copy"
+FIVE_YEARS = 60  # monthly partitions of the one_month scenario's target
+ONE_MONTH = FIVE_YEARS - 1  # the month it re-sends: the last (2024-01)
+SCENARIOS = {"year": METHODS, "one_month": ("floor", "project", "by_hand")}
 
 
 def _month(n: int) -> tuple[date, date]:
@@ -71,8 +90,11 @@ def _partition(n: int) -> str:
     return f"{TABLE}_{_month(n)[0]:%Y_%m}"
 
 
-def build_base(dsn: str, meters: int) -> None:
-    """meters, and the empty partitioned target with its 12 monthly partitions."""
+def build_base(dsn: str, meters: int, months: int = MONTHS, jobs: int = 0) -> None:
+    """meters, and the partitioned target with ``months`` monthly partitions: empty, or with
+    ``jobs`` > 0 filled (one reading per meter and day) on ``jobs`` connections at once, each
+    partition's PK and FK built on them before the parent's (which adopt them), then VACUUM
+    ANALYZE (the target of a load into a table that has lived a while; none of it timed)."""
     _admin(dsn, sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(BASE)))
     _admin(dsn, sql.SQL("CREATE DATABASE {}").format(sql.Identifier(BASE)))
     params = psycopg.conninfo.conninfo_to_dict(dsn) | {"dbname": BASE}
@@ -86,11 +108,10 @@ def build_base(dsn: str, meters: int) -> None:
         conn.execute(
             sql.SQL(
                 "CREATE TABLE {} (id bigint NOT NULL, meter_id bigint, reading double precision,"
-                " date date NOT NULL, PRIMARY KEY (id, date), CONSTRAINT fk_readings_meters"
-                " FOREIGN KEY (meter_id) REFERENCES {}) PARTITION BY RANGE (date)"
-            ).format(sql.Identifier(SCHEMA, TABLE), sql.Identifier(SCHEMA, "meters"))
+                " date date NOT NULL) PARTITION BY RANGE (date)"
+            ).format(sql.Identifier(SCHEMA, TABLE))
         )
-        for n in range(MONTHS):
+        for n in range(months):
             first, after = _month(n)
             conn.execute(
                 sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
@@ -101,16 +122,48 @@ def build_base(dsn: str, meters: int) -> None:
                 )
             )
         conn.commit()
-    with psycopg.connect(psycopg.conninfo.make_conninfo(**params)) as conn:
+    base = psycopg.conninfo.make_conninfo(**params)
+    with psycopg.connect(base) as conn:
         demo_workload.fill_meters(conn, SCHEMA, meters)
+    if jobs:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            list(pool.map(lambda n: _fill_partition(base, meters, n), range(months)))
+    with psycopg.connect(base, autocommit=True) as conn:
+        for statement in _KEYS:
+            conn.execute(statement.format(sql.Identifier(SCHEMA, TABLE), _METERS))
+        if jobs:
+            conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(SCHEMA, TABLE)))
 
 
-def write_files(dsn: str, directory: Path, meters: int) -> list[Path]:
-    """One CSV file (header line) per month, all meters, written by the server."""
+_METERS = sql.Identifier(SCHEMA, "meters")
+_KEYS = (  # the target's PK and FK, for the parent and (adopted by it) each partition
+    sql.SQL("ALTER TABLE {} ADD PRIMARY KEY (id, date)"),
+    sql.SQL(
+        "ALTER TABLE {} ADD CONSTRAINT fk_readings_meters FOREIGN KEY (meter_id) REFERENCES {}"
+    ),
+)
+
+
+def _fill_partition(dsn: str, meters: int, n: int) -> None:
+    """Month ``n``'s readings into its partition, then its PK and FK (the base, untimed)."""
+    first, after = _month(n)
+    days = ((first - START).days, (after - START).days - 1)
+    partition = sql.Identifier(SCHEMA, _partition(n))
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("INSERT INTO {} {}").format(partition, _rows((1, meters), days)))
+        for statement in _KEYS:
+            conn.execute(statement.format(partition, _METERS))
+
+
+def write_files(
+    dsn: str, directory: Path, meters: int, months: Sequence[int] = range(MONTHS)
+) -> list[Path]:
+    """One CSV file (header line) per month of ``months`` (indexes from START), all meters,
+    written by the server (new random readings: a month of the base re-sent, changed)."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     with psycopg.connect(dsn) as conn:
-        for n in range(MONTHS):
+        for n in months:
             first, after = _month(n)
             days = ((first - START).days, (after - START).days - 1)
             path = directory / f"readings-{first:%Y-%m}.csv"
@@ -155,9 +208,9 @@ def copy_parent(dsn: str, files: list[Path], _partitions: int) -> None:
         conn.commit()
 
 
-def project(dsn: str, files: list[Path], partitions: int) -> None:
-    """The project: replace_partitions, in process."""
-    runner.load(
+def project(dsn: str, files: list[Path], partitions: int) -> LoadSummary:
+    """The project: replace_partitions, in process; its figures (phases in ``.seconds``)."""
+    return runner.load(
         dsn,
         f"{SCHEMA}.{TABLE}",
         [str(p) for p in files],
@@ -167,10 +220,14 @@ def project(dsn: str, files: list[Path], partitions: int) -> None:
     )
 
 
-def by_hand(dsn: str, files: list[Path], _partitions: int) -> None:
-    """Each month standalone, then ATTACH x 12 in one transaction."""
+def by_hand(
+    dsn: str, files: list[Path], _partitions: int, months: Sequence[int] | None = None
+) -> None:
+    """Each month standalone, then DETACH + DROP of the old partitions and ATTACH of the new
+    in one transaction; ``months``: the month (index from START) of each file, default 0, 1…"""
+    months = list(range(len(files)) if months is None else months)
     with psycopg.connect(dsn, autocommit=True) as conn:
-        for n, path in enumerate(files):
+        for n, path in zip(months, files, strict=True):
             first, after = _month(n)
             new = sql.Identifier(SCHEMA, f"new_{n}")
             conn.execute(
@@ -196,7 +253,7 @@ def by_hand(dsn: str, files: list[Path], _partitions: int) -> None:
             )
             conn.execute(sql.SQL("ANALYZE {}").format(new))
         with conn.transaction():
-            for n in range(len(files)):
+            for n in months:
                 first, after = _month(n)
                 old = sql.Identifier(SCHEMA, _partition(n))
                 conn.execute(
@@ -219,28 +276,54 @@ def by_hand(dsn: str, files: list[Path], _partitions: int) -> None:
                 )
 
 
+def _days(months: int) -> int:
+    """Days in the first ``months`` months from START."""
+    return (_month(months)[0] - START).days
+
+
+def _phases(summary: LoadSummary) -> dict[str, float]:
+    return {k: round(v, 3) for k, v in summary.seconds.items()}
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run each method against ``--conn``; exit 1 when their results differ."""
+    """Run each method of ``--scenario`` against ``--conn``; exit 1 when their results differ
+    or a count is not the one expected."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--conn", required=True, help="libpq DSN of the server (a superuser)")
+    p.add_argument("--scenario", choices=tuple(SCENARIOS), default="year")
     p.add_argument("--meters", type=int, default=15_000)
     p.add_argument("--partitions", type=int, default=2, help="the project's COPY partitions")
-    p.add_argument("--methods", default=",".join(METHODS))
+    p.add_argument("--methods", default=None, help="default: all of the scenario's")
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
+    p.add_argument(
+        "--pin",
+        default=None,
+        help="cpus (taskset list, e.g. 0,1) for the timed loads: every postgres process on the"
+        " machine and this one; the base build uses every core",
+    )
     args = p.parse_args(argv)
     if argv is None:  # the command line (a caller such as the tests keeps its own logging)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    wanted = args.methods.split(",")
-    if set(wanted) - set(METHODS):
-        p.error(f"methods are {', '.join(METHODS)}")
+    one_month = args.scenario == "one_month"
+    methods = SCENARIOS[args.scenario]
+    wanted = args.methods.split(",") if args.methods else list(methods)
+    if set(wanted) - set(methods):
+        p.error(f"methods of {args.scenario} are {', '.join(methods)}")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="pgbulk-part-"))
+    pinning = Pinning(args.pin)
     started = time.perf_counter()
-    build_base(args.conn, args.meters)
-    files = write_files(args.conn, workdir, args.meters)
+    if one_month:
+        build_base(args.conn, args.meters, FIVE_YEARS, jobs=os.cpu_count() or 1)
+        months = [ONE_MONTH]
+    else:
+        build_base(args.conn, args.meters)
+        months = list(range(MONTHS))
+    log.info("base built in %.0f s", time.perf_counter() - started)
+    files = write_files(args.conn, workdir, args.meters, months)
     with psycopg.connect(args.conn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
-    results = {}
+    results: dict[str, dict] = {}
     for name in wanted:
         dsn = clone(args.conn, BASE, f"part_{name}")
         _checkpoint(dsn)
@@ -248,46 +331,72 @@ def main(argv: list[str] | None = None) -> int:
             "floor": floor,
             "copy_parent": copy_parent,
             "project": project,
-            "by_hand": by_hand,
+            "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
         }[name]
-        seconds, _ = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
+        pinning.narrow()
+        seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
+        pinning.widen()
         count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
-        results[name] = {"seconds": round(seconds, 2), "rows": count, "checksum": checksum}
+        results[name] = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
+        if one_month and name != "floor":  # the month re-sent: the floor table's rows?
+            results[name]["month"] = list(result_of(dsn, _partition(ONE_MONTH)))
+        if name == "project":
+            results[name]["phases"] = _phases(out)
         log.info("%s: %.2f s, %d rows", name, seconds, count)
         _admin(
             args.conn,
             sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(f"part_{name}")),
         )
     _admin(args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(BASE)))
-    same = len({(r["rows"], r["checksum"]) for r in results.values()}) == 1
     if "project" in results:
         for other in ("floor", "copy_parent", "by_hand"):
             if other in results:
                 results["project"][f"ratio_to_{other}"] = round(
                     results["project"]["seconds"] / results[other]["seconds"], 3
                 )
-    expected = args.meters * (_month(MONTHS)[0] - START).days
+    loaded = args.meters * (_days(months[-1] + 1) - _days(months[0]))
+    expected = args.meters * _days(FIVE_YEARS) if one_month else loaded
+    targets = {n: r for n, r in results.items() if not (one_month and n == "floor")}
+    same = len({(r["rows"], r["checksum"]) for r in targets.values()}) <= 1
+    counted = all(r["rows"] == expected for r in targets.values())
+    if one_month:  # the month's partition holds the rows sent, as the floor table does
+        floor_result = results.get("floor")
+        months_seen = {tuple(r["month"]) for r in targets.values()}
+        if floor_result:
+            months_seen.add((floor_result["rows"], floor_result["checksum"]))
+            counted = counted and floor_result["rows"] == loaded
+        same = same and len(months_seen) <= 1 and all(m[0] == loaded for m in months_seen)
     header = {
         "command": "python -m benchmarks.partitioned " + " ".join(argv or sys.argv[1:]),
         "when": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"nproc {os.cpu_count()}, {platform.machine()}",
+        "machine": f"nproc {os.cpu_count()}, {platform.machine()}, load average"
+        f" {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end",
         "server": f"PostgreSQL {version}",
         "run took": f"{time.perf_counter() - started:.0f} s; one run per method",
     }
-    print(f"A year ({expected:,} rows) into 12 monthly partitions, PK (id, date) + FK")
+    if one_month:
+        print(
+            f"One month ({loaded:,} rows, {_month(ONE_MONTH)[0]:%Y-%m}) re-sent into 5 years"
+            f" ({expected:,} rows, {FIVE_YEARS} monthly partitions), PK (id, date) + FK"
+        )
+    else:
+        print(f"A year ({expected:,} rows) into 12 monthly partitions, PK (id, date) + FK")
     for key, value in header.items():
         print(f"  {key}: {value}")
     print("| method | seconds | rows | same result |")
     print("|---|---|---|---|")
     for name, r in results.items():
-        print(f"| `{name}` | {r['seconds']:.2f} | {r['rows']:,} | {'yes' if same else 'NO'} |")
-    ratios = results.get("project", {})
-    for key, value in ratios.items():
+        print(f"| `{name}` | {r['seconds']:.3f} | {r['rows']:,} | {'yes' if same else 'NO'} |")
+    ours = results.get("project", {})
+    for key, value in ours.items():
         if key.startswith("ratio_to_"):
             print(f"  project / {key.removeprefix('ratio_to_')}: {value:.3f}")
+    if "phases" in ours:
+        print("  project phases: " + ", ".join(f"{k} {v:.2f}" for k, v in ours["phases"].items()))
     if args.json:
-        Path(args.json).write_text(json.dumps({"header": header, "results": results}, indent=2))
-    return 0 if same and all(r["rows"] == expected for r in results.values()) else 1
+        doc = {"header": header, "scenario": args.scenario, "results": results}
+        Path(args.json).write_text(json.dumps(doc, indent=2))
+    return 0 if same and counted else 1
 
 
 if __name__ == "__main__":

@@ -76,6 +76,25 @@ def test_partitioned_benchmark_loads_the_same_rows_every_way(pg_dsn: str, tmp_pa
     assert code == 0  # every method gave the same rows, a year of them
     assert set(results) == set(partitioned.METHODS)
     assert {r["rows"] for r in results.values()} == {20 * 365}
+    assert set(results["project"]["phases"]) >= {"prepare", "copy", "swap"}
+
+
+def test_partitioned_benchmark_one_month_replaces_that_month(pg_dsn: str, tmp_path: Path) -> None:
+    """The one_month scenario at a tiny size: 5 years of 20 meters, the last month re-sent;
+    the project and the hand-written way leave the same target, whose month is the file's."""
+    from benchmarks import partitioned
+
+    out = tmp_path / "one_month.json"
+    argv = ["--conn", pg_dsn, "--scenario", "one_month", "--meters", "20"]
+    code = partitioned.main([*argv, "--workdir", str(tmp_path), "--json", str(out)])
+    results = json.loads(out.read_text())["results"]
+    assert code == 0  # same target both ways, the month's partition holds the floor's rows
+    assert set(results) == {"floor", "project", "by_hand"}
+    month = [20 * 31, results["floor"]["checksum"]]  # 2024-01, as sent
+    assert results["project"]["month"] == results["by_hand"]["month"] == month
+    five_years = {(r["rows"], r["checksum"]) for n, r in results.items() if n != "floor"}
+    assert len(five_years) == 1 and five_years.pop()[0] == 20 * 1826
+    assert {"prepare", "copy", "swap"} <= set(results["project"]["phases"])
 
 
 @pytest.mark.slow  # starts its own S3 server and loads four times: CI pass 1 only
