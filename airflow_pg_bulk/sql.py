@@ -270,12 +270,16 @@ def staging_state(schema: str, staging: str) -> Composed:
 
 
 def run_tables(schema: str, pattern: str) -> Composed:
-    """Tables in ``schema`` whose names match a LIKE pattern (a run's leftovers)."""
+    """Tables in ``schema`` whose names match a LIKE pattern (a run's leftovers), but for the
+    partitions of such a table: dropping it drops them, in one transaction (a partitioned
+    staging has one partition per target partition, and a commit each cost a WAL flush each)."""
     return SQL(
         "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE n.nspname = {} AND c.relname LIKE {} AND c.relkind IN ('r', 'p')"
+        " WHERE n.nspname = {s} AND c.relname LIKE {p} AND c.relkind IN ('r', 'p')"
+        " AND NOT EXISTS (SELECT 1 FROM pg_inherits i JOIN pg_class up ON up.oid = i.inhparent"
+        " WHERE i.inhrelid = c.oid AND up.relnamespace = n.oid AND up.relname LIKE {p})"
         " ORDER BY c.relname"
-    ).format(Literal(schema), Literal(pattern))
+    ).format(s=Literal(schema), p=Literal(pattern))
 
 
 # --- staging and ledger ----------------------------------------------------------------------
