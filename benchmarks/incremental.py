@@ -43,6 +43,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
+from benchmarks.server import postmaster_of, server_processes
 
 REPO = Path(__file__).resolve().parent.parent
 SCHEMA = "bench_inc"
@@ -311,15 +312,21 @@ def project(dsn: str, files: list[Path], options: dict[str, Any], partitions: in
 
 class Pinning:
     """Emulate a smaller machine on a bigger one: the timed loads run with the server's
-    processes and this one on ``cpus`` (``taskset``), the untimed base builds on all cores."""
+    processes (its postmaster and children: the server at ``dsn`` must run on this machine;
+    other servers are left alone) and this one on ``cpus`` (``taskset``), the untimed base
+    builds on all cores. New backends inherit the postmaster's affinity."""
 
-    def __init__(self, cpus: str | None) -> None:
+    def __init__(self, cpus: str | None, dsn: str) -> None:
         self.cpus = cpus
+        self.dsn = dsn
 
     def _set(self, cpus: str) -> None:
-        pids = subprocess.run(["pgrep", "-x", "postgres"], capture_output=True, text=True)
-        for pid in pids.stdout.split():
-            subprocess.run(["taskset", "-a", "-cp", cpus, pid], capture_output=True, check=False)
+        with psycopg.connect(self.dsn) as conn:
+            postmaster = postmaster_of(conn.execute("SELECT pg_backend_pid()").fetchone()[0])
+        if postmaster is None:
+            raise RuntimeError(f"--pin: the server at {self.dsn} does not run on this machine")
+        for pid in server_processes(postmaster):
+            subprocess.run(["taskset", "-a", "-cp", cpus, str(pid)], capture_output=True)
         wanted = set()
         for part in cpus.split(","):
             first, _, last = part.partition("-")
@@ -465,15 +472,18 @@ def main(argv: list[str] | None = None) -> int:
         version = conn.execute("SHOW server_version").fetchone()[0]
     started = time.perf_counter()
     results, bases = [], set()
-    pinning = Pinning(args.pin)
+    pinning = Pinning(args.pin, args.conn)
     pinning.narrow()
-    for scenario in SCENARIOS:
-        if scenario.name in wanted:
-            r = run_scenario(
-                args.conn, scenario, args.meters, workdir, args.partitions, bases, pinning
-            )
-            log.info("%s", json.dumps(asdict(r)))
-            results.append(r)
+    try:
+        for scenario in SCENARIOS:
+            if scenario.name in wanted:
+                r = run_scenario(
+                    args.conn, scenario, args.meters, workdir, args.partitions, bases, pinning
+                )
+                log.info("%s", json.dumps(asdict(r)))
+                results.append(r)
+    finally:
+        pinning.widen()  # the server as it was found: on every core
     for days in bases:
         _admin(
             args.conn,

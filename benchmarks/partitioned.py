@@ -299,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--pin",
         default=None,
-        help="cpus (taskset list, e.g. 0,1) for the timed loads: every postgres process on the"
-        " machine and this one; the base build uses every core",
+        help="cpus (taskset list, e.g. 0,1) for the timed loads: the server's processes (its"
+        " postmaster and children) and this one; the base build uses every core",
     )
     args = p.parse_args(argv)
     if argv is None:  # the command line (a caller such as the tests keeps its own logging)
@@ -311,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     if set(wanted) - set(methods):
         p.error(f"methods of {args.scenario} are {', '.join(methods)}")
     workdir = Path(args.workdir or tempfile.mkdtemp(prefix="pgbulk-part-"))
-    pinning = Pinning(args.pin)
+    pinning = Pinning(args.pin, args.conn)
     started = time.perf_counter()
     if one_month:
         build_base(args.conn, args.meters, FIVE_YEARS, jobs=os.cpu_count() or 1)
@@ -334,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
             "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
         }[name]
         pinning.narrow()
-        seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
-        pinning.widen()
+        try:
+            seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
+        finally:
+            pinning.widen()
         count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
         results[name] = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
         if one_month and name != "floor":  # the month re-sent: the floor table's rows?

@@ -183,6 +183,17 @@ def postmaster_of(backend_pid: int) -> int | None:
     return ppid if comm.startswith("postgres") else None
 
 
+def server_processes(postmaster: int) -> list[int]:
+    """The postmaster and its children (backends, workers) running now."""
+    children = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and fields[1] == str(postmaster):
+                children.append(int(entry))
+    return [postmaster, *children]
+
+
 def server_cpu_seconds(postmaster: int | None) -> float | None:
     """CPU seconds used so far by the postmaster and all its children, ended ones included
     (their time is in the postmaster's cutime/cstime once reaped)."""

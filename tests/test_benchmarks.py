@@ -79,6 +79,24 @@ def test_partitioned_benchmark_loads_the_same_rows_every_way(pg_dsn: str, tmp_pa
     assert set(results["project"]["phases"]) >= {"prepare", "copy", "swap"}
 
 
+def test_incremental_benchmark_gives_the_same_rows_both_ways(pg_dsn: str, tmp_path: Path) -> None:
+    """benchmarks/incremental.py at a tiny size: every scenario, the project and the
+    hand-written way end with the same rows (it exits 1 otherwise), as many as expected."""
+    from benchmarks import incremental
+
+    out = tmp_path / "incremental.json"
+    code = incremental.main(
+        ["--conn", pg_dsn, "--meters", "10", "--workdir", str(tmp_path), "--json", str(out)]
+    )
+    results = {r["name"]: r for r in json.loads(out.read_text())["results"]}
+    assert code == 0
+    assert set(results) == {s.name for s in incremental.SCENARIOS}
+    assert all(r["same_result"] for r in results.values())
+    assert results["append_6_on_6"]["rows_after"] == 10 * (182 + 182)
+    assert results["upsert_12_on_12"]["rows_after"] == 10 * (182 + 365)  # 6 months overlap
+    assert results["upsert_day_on_5y"]["rows_after"] == 10 * 5 * 365  # a day re-sent
+
+
 def test_partitioned_benchmark_one_month_replaces_that_month(pg_dsn: str, tmp_path: Path) -> None:
     """The one_month scenario at a tiny size: 5 years of 20 meters, the last month re-sent;
     the project and the hand-written way leave the same target, whose month is the file's."""
