@@ -171,15 +171,22 @@ def pg_bulk_load(
     settings = dict(operator_kwargs)
     if pool:
         settings["pool"] = pool
-    # lineage is finalize's alone: an asset event means the rows are visible
-    outlets = _as_list(settings.pop("outlets", None))
-    inlets = _as_list(settings.pop("inlets", None))
     with PgBulkLoadGroup(group_id=group_id) as group:
-        given = _given_settings(group, settings)
+        defaults = _default_args(group, settings)
+        given = {*settings, *defaults}
+        # lineage is finalize's alone (also from a default_args): an event means rows visible
+        lineage = {
+            name: _as_list(settings.pop(name) if name in settings else defaults.get(name))
+            for name in ("outlets", "inlets")
+        }
+        settings.update(outlets=[], inlets=[])
         copy_args = _with_retries(settings, copy_retries, given)
         finalize_args = _with_retries(settings, finalize_retries, given)
         if "retry_delay" not in given:
             finalize_args["retry_delay"] = FINALIZE_RETRY_DELAY
+        finalize_args.update(
+            outlets=[*lineage["outlets"], _target_alias(group)], inlets=lineage["inlets"]
+        )
         prepare = PgBulkPrepareOperator(
             task_id="prepare",
             postgres_conn_id=postgres_conn_id,
@@ -203,13 +210,7 @@ def pg_bulk_load(
                 )
                 for i in range(slots)
             ]
-        finalize = PgBulkFinalizeOperator(
-            task_id="finalize",
-            outlets=[*outlets, _target_alias(group)],
-            inlets=inlets,
-            **step,
-            **finalize_args,
-        )
+        finalize = PgBulkFinalizeOperator(task_id="finalize", **step, **finalize_args)
         cleanup = PgBulkCleanupOperator(
             task_id="cleanup",
             postgres_conn_id=postgres_conn_id,
@@ -294,17 +295,16 @@ def _as_list(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
-def _given_settings(group: TaskGroup, settings: dict[str, Any]) -> set[str]:
-    """The ``BaseOperator`` settings the user gave the group's tasks: to ``pg_bulk_load``, in
-    its ``default_args``, or in the ``default_args`` of the DAG or of an enclosing TaskGroup
-    (which Airflow applies to every operator created inside them, unless the operator is
-    given the setting itself)."""
+def _default_args(group: TaskGroup, settings: dict[str, Any]) -> dict[str, Any]:
+    """The ``default_args`` the group's tasks get, merged as Airflow merges them for an
+    operator created inside the group: the DAG's, then the enclosing TaskGroups' (the group's
+    ``default_args`` holds them), then the ``default_args`` given to ``pg_bulk_load``.
+    Airflow applies each to an operator unless the operator is given the setting itself."""
     dag = getattr(group, "dag", None)
     return {
-        *settings,
-        *(settings.get("default_args") or {}),
-        *(getattr(dag, "default_args", None) or {}),
-        *(group.default_args or {}),  # with those of the enclosing groups
+        **(getattr(dag, "default_args", None) or {}),
+        **(group.default_args or {}),
+        **(settings.get("default_args") or {}),
     }
 
 

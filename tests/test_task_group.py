@@ -265,6 +265,22 @@ def test_outlets_and_inlets_go_to_finalize_only():
             assert not _setting(tasks[name], "inlets"), name
 
 
+@pytest.mark.parametrize("where", ["dag", "task_group", "pg_bulk_load"])
+def test_outlets_from_default_args_go_to_finalize_only(where):
+    from airflow.sdk import Asset
+
+    consumer, source = Asset("pg_bulk_consumer"), Asset("pg_bulk_source_files")
+    tasks = _build_with_defaults(where, {"outlets": [consumer], "inlets": [source]})
+    assert tasks["finalize"].outlets[0] == consumer
+    assert tasks["finalize"].inlets == [source]
+    for name in ("prepare", "copy", "cleanup"):
+        assert not _setting(tasks[name], "outlets"), name
+        assert not _setting(tasks[name], "inlets"), name
+    given = _build_with_defaults(where, {"outlets": [source]}, outlets=[consumer])
+    assert given["finalize"].outlets[0] == consumer  # given to the group: first, as Airflow's
+    assert source not in given["finalize"].outlets
+
+
 def _build_with_defaults(where: str, defaults: dict, **settings):
     """The group's tasks, with ``defaults`` as the DAG's default_args, an enclosing TaskGroup's
     or the group's own (``default_args=`` given to pg_bulk_load)."""
