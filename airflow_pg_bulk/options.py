@@ -346,6 +346,13 @@ def checked(name: str, value: Any) -> Any:
         if number is not None and number < _MINIMUM.get(name, 0):
             raise ValueError(f"{name} must be {_MINIMUM.get(name, 0)} or more, not {number}")
         return number
+    if opt.type is not str:  # another type (a float …): itself, or its text converted
+        if isinstance(value, opt.type):
+            return value
+        try:
+            return opt.type(as_text(name, value).strip())
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a {opt.type.__name__}, not {_given(value)}") from None
     text = as_text(name, value)
     if opt.choices and text not in opt.choices:
         if name == "mode" and not text:

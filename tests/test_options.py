@@ -262,6 +262,16 @@ def test_a_rendered_value_of_the_wrong_type_fails_in_execute_naming_it(given, me
     assert str(failed.value).startswith(f"p: {message}"), str(failed.value)
 
 
+def test_an_option_of_another_type_is_checked_as_that_type(monkeypatch):
+    """An option declared later with a type of its own (a float here) is checked too."""
+    ratio = options.LoadOption("ratio", float, 0.5, "a ratio", "`0.5`", "settings")
+    monkeypatch.setitem(options.BY_NAME, "ratio", ratio)
+    assert options.checked("ratio", " 0.25 ") == 0.25
+    assert options.checked("ratio", 2.0) == 2.0
+    with pytest.raises(TypeError, match=r"ratio must be a float, not 'half' \(str\)"):
+        options.checked("ratio", "half")
+
+
 def test_templates_render_into_checked_values():
     """Airflow renders every load option (Jinja renders text); the rendered text becomes the
     option's type in execute: ``columns="{{ params.columns }}"`` with ``"id,v"`` is two
