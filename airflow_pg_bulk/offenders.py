@@ -150,12 +150,22 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
         return None
     name = naming.original_names(plan, err.constraint)
     found = execute(conn, sql.violated_constraint(t.oid, name))
+    # a partitioned target: the server names a partition's constraint (pq_p0_pkey: its share
+    # of the parent's key; a CHECK or foreign key of the partition alone)
+    leaf = None
+    for candidate in t.partitioning.leaves if t.partitioning and not found else ():
+        found = execute(conn, sql.violated_constraint(candidate.definition.oid, name))
+        if found:
+            leaf = candidate
+            break
     if not found:
         return None
-    kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression = found[0]
+    kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression, shared = found[0]
     key = list(key)
+    # a constraint of one partition alone holds for the rows routed to it only
+    within = leaf.constraint if leaf is not None and not shared else None
     if kind == "c":
-        return [_failing(sql.check_fails(expression))]
+        return [_failing(_within(sql.check_fails(expression), within))]
     if not key or not set(key) <= set(plan.columns):
         return []
     if kind == "f":
@@ -163,7 +173,8 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
         # refuses one) is matched by the target's rows and by the loaded ones, all in staging
         to_itself = (ref_schema, ref_table) == (t.schema, t.table)
         also = (t.schema, plan.staging_table) if to_itself else None
-        return [_failing(sql.unreferenced(key, ref_schema, ref_table, list(ref_key), also=also))]
+        unreferenced = sql.unreferenced(key, ref_schema, ref_table, list(ref_key), also=also)
+        return [_failing(_within(unreferenced, within))]
     if kind not in ("p", "u", "i", "x"):
         return []
     ops: list[tuple[str, str] | None] = (
@@ -175,12 +186,24 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
         if kind != "x" and set(key) == set(same):
             return []  # the upsert's own key: a repeated key is an update, never a violation
     checks = [
-        _Check("pair", lambda after: sql.replay_conflicting_pair(key, ops, after=after, same=same))
+        _Check(
+            "pair",
+            lambda after: sql.replay_conflicting_pair(
+                key, ops, after=after, same=same, within=within
+            ),
+        )
     ]
     if plan.mode != "replace":
-        target = sql.conflicts_with_target(t.schema, t.table, key, ops, same=same)
-        checks.append(dataclasses.replace(_failing(target), shape="target"))
+        table = leaf.definition.table if within is not None and leaf is not None else t.table
+        target = sql.conflicts_with_target(t.schema, table, key, ops, same=same)
+        checks.append(dataclasses.replace(_failing(_within(target, within)), shape="target"))
     return checks
+
+
+def _within(condition: sql.Composable, within: str | None) -> sql.Composable:
+    """``condition`` on the replayed rows of one partition only (``within``: its constraint,
+    whose columns name the replayed row's), or on all of them."""
+    return condition if within is None else sql.both(within, condition)
 
 
 def _failing(condition: sql.Composable) -> _Check:
