@@ -1220,15 +1220,14 @@ def replay_conflicting_pair(
     *,
     after: int,
     same: Sequence[str] = (),
-    within: str | None = None,
+    within: Composable | None = None,
 ) -> Composed:
     """The first two replayed rows that conflict on ``key`` (equal, or each column's exclusion
     operator true), the later one numbered past ``after``; rows equal on ``same`` never do;
-    ``within``: only rows for which this server-rendered expression holds (a partition's
-    constraint: a constraint of that partition alone)."""
+    ``within``: only rows for which this condition on their unqualified columns holds."""
     replay: Composable = _table("pg_temp", REPLAY_TABLE)
     if within is not None:
-        replay = SQL("(SELECT * FROM {} WHERE {})").format(replay, SQL(within))
+        replay = SQL("(SELECT * FROM {} WHERE {})").format(replay, within)
     row = Identifier(REPLAY_ROW)
     return SQL(
         "SELECT a.{row}, b.{row} FROM {r} a JOIN {r} b ON a.{row} < b.{row} AND {on}{same}"
@@ -1290,9 +1289,25 @@ def unreferenced(
     )
 
 
-def both(expression: str, condition: Composable) -> Composed:
-    """A server-rendered ``expression`` (a partition's constraint) and ``condition``."""
-    return SQL("({}) AND ({})").format(SQL(expression), condition)
+def all_of(conditions: Sequence[Composable]) -> Composable | None:
+    """The conditions joined by AND; None for none."""
+    if not conditions:
+        return None
+    return SQL(" AND ").join(SQL("({})").format(c) for c in conditions)
+
+
+def key_rendered_as(key: Sequence[str], value: str) -> Composed:
+    """A row (its columns unqualified) whose ``key`` reads ``value`` as a duplicate key error
+    renders it: each column's text output (``null`` for NULL), joined by ``, ``."""
+    return SQL("concat_ws(', ', {}) = {}").format(
+        SQL(", ").join(
+            SQL("CASE WHEN {0} IS NULL THEN 'null' ELSE format('%s', {0}) END").format(
+                Identifier(c)
+            )
+            for c in key
+        ),
+        Literal(value),
+    )
 
 
 def is_null(column: str) -> Composed:
