@@ -148,7 +148,7 @@ def test_identity_in_every_mode(
         source = next((r for r in data if r[:2] == key), None)
         if source is not None and loaded:
             assert rid == source[3], key  # the value loaded
-        elif source is None or key in rows_before and mode in ("upsert",):
+        elif source is None or (key in rows_before and mode == "upsert"):
             assert rid == rows_before[key][1], key  # kept, or updated: its own value
         else:  # inserted without one: a new value of the target's own sequence
             assert rid > handed_out and (rid - START) % STEP == 0, (key, rid, handed_out)
