@@ -96,7 +96,8 @@ def _expected(mode: str, data: list[tuple[int, ...]]) -> dict[tuple[int, int], i
 def _sequence(db: Any) -> tuple[Any, ...]:
     return db.run(
         "SELECT s.relname, q.seqstart, q.seqincrement, q.seqmin, q.seqmax, q.seqcache,"
-        " q.seqcycle, format_type(q.seqtypid, NULL) FROM pg_class s"
+        " q.seqcycle, format_type(q.seqtypid, NULL), s.relpersistence,"
+        " pg_get_userbyid(s.relowner) FROM pg_class s"
         " JOIN pg_sequence q ON q.seqrelid = s.oid"
         " WHERE s.oid = pg_get_serial_sequence(%s, 'rid')::regclass",
         f'"{db.schema}"."pt"',
