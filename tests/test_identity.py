@@ -165,3 +165,25 @@ def test_identity_in_every_mode(
         assert after > max(rids) and (after - START) % STEP == 0
     db.run(psql.SQL("ALTER TABLE {} ALTER COLUMN rid DROP IDENTITY").format(t))
     assert leftovers(db) == []
+
+
+def test_the_issues_append_into_an_empty_table_auto_rebuilds(db, connect, tmp_path, caplog):
+    """Issue 18, as filed: an append (strategy auto: an empty target is rebuilt) of a table
+    whose GENERATED ALWAYS identity the file does not fill failed with "column rid can only
+    be updated to DEFAULT"."""
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id int PRIMARY KEY, qty int, rid bigint GENERATED ALWAYS AS IDENTITY)"
+        ).format(db.ident("ia"))
+    )
+    path = write_csv(tmp_path / "load.csv", [(1, 10), (2, 20)])
+    caplog.set_level("INFO", logger="airflow_pg_bulk")
+
+    runner.load(connect, db.table("ia"), str(path), mode="append", columns=["id", "qty"])
+
+    assert any("strategy rebuild" in r.getMessage() for r in caplog.records)
+    assert db.run(psql.SQL("SELECT id, qty, rid FROM {} ORDER BY id").format(db.ident("ia"))) == [
+        (1, 10, 1), (2, 20, 2),
+    ]  # fmt: skip
+    db.run(psql.SQL("INSERT INTO {} (id, qty) VALUES (3, 30)").format(db.ident("ia")))
+    assert db.scalar(psql.SQL("SELECT rid FROM {} WHERE id = 3").format(db.ident("ia"))) == 3
