@@ -4,6 +4,8 @@ replayed rows of a duplicate key's value and of one partition."""
 
 from __future__ import annotations
 
+import pytest
+
 from airflow_pg_bulk import sql
 
 
@@ -75,3 +77,19 @@ def test_the_pair_of_a_key_value_within_one_partition() -> None:
         'SELECT a."pgbulk_row", b."pgbulk_row" FROM (SELECT * FROM "pg_temp"."pgbulk_replay"'
         " WHERE ((n < 100)) AND (concat_ws("
     )
+
+
+def test_a_columns_own_settings_given_back() -> None:
+    assert text(
+        sql.set_column("s", "t", "c", statistics=500, storage="e", options=["n_distinct=-0.5"])
+    ) == (
+        'ALTER TABLE "s"."t" ALTER COLUMN "c" SET STATISTICS 500, ALTER COLUMN "c" SET STORAGE'
+        " EXTERNAL, ALTER COLUMN \"c\" SET (n_distinct = '-0.5')"
+    )
+    assert text(sql.set_column("s", "t", "c", statistics=-1, reset=["n_distinct"])) == (
+        'ALTER TABLE "s"."t" ALTER COLUMN "c" SET STATISTICS  -1, ALTER COLUMN "c" RESET'
+        " (n_distinct)"
+    )
+    assert sql.set_column("s", "t", "c") is None
+    with pytest.raises(ValueError, match="unexpected column options"):
+        sql.set_column("s", "t", "c", options=["fillfactor=1); DROP TABLE x; --"])
