@@ -1296,6 +1296,12 @@ def all_of(conditions: Sequence[Composable]) -> Composable | None:
     return SQL(" AND ").join(SQL("({})").format(c) for c in conditions)
 
 
+def in_partition(constraint: str) -> Composed:
+    """A row (its columns unqualified) that a partition takes: its partition constraint as
+    ``pg_get_partition_constraintdef`` renders it."""
+    return SQL("({})").format(SQL(constraint))
+
+
 def key_rendered_as(key: Sequence[str], value: str) -> Composed:
     """A row (its columns unqualified) whose ``key`` reads ``value`` as a duplicate key error
     renders it: each column's text output (``null`` for NULL), joined by ``, ``."""
