@@ -91,6 +91,8 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
             merged = upsert.finalize_upsert(conn, plan, clock, rows, nbytes, rejected)
         else:
             _finalize_append(conn, plan, clock, rows, nbytes, rejected)
+        if not finalized:  # after the commit, off the critical path; never fails the load
+            history.trim(conn, plan)
     except BaseException as exc:
         rollback_quietly(conn)
         error = translate.finalize_error(exc, plan)

@@ -130,7 +130,6 @@ def finalize_partitioned(
     """The partition-wise finalize (see the module's docstring)."""
     t = plan.target
     parts = _parts(plan)
-    history.refuse_overwriting_newer(conn, plan)
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     with clock.phase("check"):
         loaded = _loaded(conn, plan)
@@ -142,6 +141,11 @@ def finalize_partitioned(
             if staged != rows:
                 raise finalize._staging_lost(plan, staged, rows)
         swapped = _to_swap(conn, plan, loaded)
+        # the rows this load replaces, for the ordering rule: the partitions it swaps in
+        # (replace_partitions), or the whole target (replace); checked now, before the
+        # builds, and again under the lock
+        replaced = _replaced_parts(plan, loaded)
+        history.refuse_overwriting_newer(conn, plan, replaced)
         conn.commit()
     built = {n: _build_leaf(conn, plan, n, clock) for n in swapped}
     leaves = parts.leaves
@@ -159,7 +163,7 @@ def finalize_partitioned(
                 conn,
                 [(t.schema, t.table), *((t.schema, leaves[n].definition.table) for n in built)],
             )
-            history.refuse_overwriting_newer(conn, plan)
+            history.refuse_overwriting_newer(conn, plan, replaced)
             now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
             if now.fingerprint() != t.fingerprint():
                 raise LoadRefusedError(
@@ -179,7 +183,7 @@ def finalize_partitioned(
             for n, leaf in enumerate(leaves):
                 if n not in loaded:
                     execute(conn, sql.truncate(t.schema, leaf.definition.table))
-        history.record_finalized(conn, plan, rows, nbytes, rejected)
+        history.record_finalized(conn, plan, rows, nbytes, rejected, replaced)
         conn.commit()
     if inserted and plan.settings.analyze:
         with clock.phase("analyze"):
@@ -198,6 +202,15 @@ def finalize_partitioned(
         len(inserted),
         f", {len(leaves) - len(loaded)} emptied" if plan.mode == "replace" else "",
     )
+
+
+def _replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
+    """The partitions (leaf table names) whose rows a ``replace_partitions`` replaces: those
+    that received rows; None for the other modes (a replace replaces the whole target)."""
+    if plan.mode != "replace_partitions":
+        return None
+    leaves = _parts(plan).leaves
+    return [leaves[n].definition.table for n in loaded]
 
 
 #: at most this many partitions are built at once by finalize's extra sessions

@@ -69,6 +69,8 @@ def finalize_upsert(
     with clock.phase("upsert"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
+        # the ordering rule, serialised with the other loads of the target by that lock
+        history.refuse_overwriting_newer(conn, plan)
         if not plan.staging_logged:
             staged = scalar(conn, sql.count_rows(t.schema, plan.staging_table))
             if staged != rows:

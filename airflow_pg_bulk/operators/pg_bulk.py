@@ -26,6 +26,7 @@ from airflow_pg_bulk.plan import (
     LoadRequest,
     Mode,
     Partition,
+    RunOrder,
     request_from_options,
 )
 
@@ -110,6 +111,38 @@ def logical_date(context: Context) -> str | None:
         dag_run = context.get("dag_run")
         when = getattr(dag_run, "run_after", None)
     return when.isoformat() if when is not None else None
+
+
+def run_order(context: Context, prepare_task_id: str) -> RunOrder | None:
+    """The run's place in the ordering rule: the scope ``<dag_id>.<prepare task id>``, the run
+    id and its data interval. A run without a data interval (Airflow 3 gives none to a manual
+    run triggered without a logical date) is the instant it was triggered (its ``run_after``):
+    loads are then ordered by when they were asked for. None when neither is known."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        when = context.get("logical_date") or getattr(context.get("dag_run"), "run_after", None)
+        if when is None:
+            return None
+        start = end = when
+    return RunOrder(
+        scope=f"{context['dag'].dag_id}.{prepare_task_id}",
+        run_id=str(context["run_id"]),
+        interval_start=start.isoformat(),
+        interval_end=end.isoformat(),
+    )
+
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off", "", "none"}
+
+
+def rendered_bool(name: str, value: Any) -> bool:
+    """A boolean option as given or rendered from a template (``"True"``, ``"false"``)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+        return value.strip().lower() in _TRUE
+    raise ValueError(f"{name} must be true or false, not {value!r}")
 
 
 def session_name(context: Context, load_id: str) -> str:
@@ -223,6 +256,13 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param analyze: ANALYZE the new rows: a replace, rebuild or partition swap before they
         become visible; an in-place append or upsert after its commit, when it changed at least
         a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
+    :param allow_older_run: let this run replace rows that a run with a later data interval of
+        the same DAG task loaded (a deliberate reload of the past); otherwise such a run fails,
+        naming the newer load and changing nothing (see Runs that overlap). Under Airflow only:
+        the command line and ``load()`` have no data interval; default ``False``. (templated)
+    :param history_keep: loads kept per target in the load history ``pgbulk_loads``; older ones
+        are deleted after each finalize into the target (the newest load of each DAG task and
+        partition always stays: the ordering of runs needs it); default ``1000``.
     :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
         the rest load; default ``fail``.
@@ -243,6 +283,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         "key",
         "source_conn_id",
         "postgres_conn_id",
+        "allow_older_run",
     )
     template_fields_renderers = {"source": "json", "columns": "json"}
 
@@ -272,6 +313,8 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         index_workers: int | None = None,
         synchronous_commit: str = "off",
         analyze: bool = True,
+        allow_older_run: bool = False,
+        history_keep: int = 1000,
         on_error: str = "fail",
         max_rejects: int = 0,
         reject_table: str | None = None,
@@ -287,9 +330,19 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         self.columns = columns
         self.key = key
         self.source_conn_id = source_conn_id
+        self.allow_older_run = allow_older_run
         self.load_options = options.pick(
             locals(),
-            exclude=("mode", "partitions", "columns", "key", "table", "source", "source_conn_id"),
+            exclude=(
+                "mode",
+                "partitions",
+                "columns",
+                "key",
+                "table",
+                "source",
+                "source_conn_id",
+                "allow_older_run",
+            ),
         )
 
     def build_request(self) -> LoadRequest:
@@ -306,6 +359,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             partitions=partitions,
             key=self.key,
             source_conn_id=self.source_conn_id or None,
+            allow_older_run=rendered_bool("allow_older_run", self.allow_older_run),
             **self.load_options,
         )
 
@@ -324,6 +378,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
                     request,
                     load_id,
                     logical_date=logical_date(context),
+                    run=run_order(context, self.task_id),
                     application_name=session_name(context, load_id),
                 )
         except AirflowFailException as exc:
