@@ -929,11 +929,11 @@ def newer_load(
     )
     return SQL(
         "SELECT load_id, run_id, mode, interval_start::text, interval_end::text,"
-        " finalized_at::text, parts FROM {}"
+        " finalized_at::text, parts FROM {} AS h"
         " WHERE target = {} AND scope = {}"
         " AND (interval_end, interval_start) > ({}::timestamptz, {}::timestamptz)"
         " AND mode = ANY({}) AND load_id <> {}{}"
-        " ORDER BY interval_end DESC, interval_start DESC LIMIT 1"
+        " ORDER BY h.interval_end DESC, h.interval_start DESC LIMIT 1"
     ).format(
         _table(schema, name),
         Literal(target),
