@@ -70,7 +70,9 @@ class LoadOption:
         (Settings), ``errors`` (ErrorPolicy) or ``request`` (LoadRequest itself).
     :param choices: the allowed values, if they are a closed set.
     :param modes: the modes the option applies to.
-    :param templated: a template field of ``PgBulkPrepareOperator``.
+    :param templated: a template field of ``PgBulkPrepareOperator`` (rendered by Airflow, then
+        checked by :func:`checked` when the task runs); every option is, unless declared
+        otherwise.
     :param is_list: a list of strings (comma-separated on the command line).
     """
 
@@ -82,7 +84,7 @@ class LoadOption:
     group: str
     choices: tuple[str, ...] | None = None
     modes: tuple[str, ...] = MODES
-    templated: bool = False
+    templated: bool = True
     is_list: bool = False
 
     @property
@@ -104,7 +106,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "the target's row with the same `key`, the others are added; `replace_partitions` (a "
         "partitioned target): each partition that receives rows ends up with exactly them, the "
         "others are not touched (see Modes and their guarantees, Partitioned targets)",
-        "none: must be given", "request", choices=MODES, templated=True,
+        "none: must be given", "request", choices=MODES,
     ),
     LoadOption(
         "source_conn_id", str, None,
@@ -113,7 +115,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "S3-compatible store; every COPY task reads its own objects with it",
         "none: the standard environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, "
         "`AWS_ENDPOINT_URL`, …)",
-        "request", templated=True,
+        "request",
     ),
     LoadOption(
         "format", str, "csv",
@@ -140,7 +142,7 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "partitions", int, None, "number of COPY partitions (mapped tasks)",
-        "by size: one per `partition_size`, at most 16", "request", templated=True,
+        "by size: one per `partition_size`, at most 16", "request",
     ),
     LoadOption(
         "partition_size", int, DEFAULT_PARTITION_BYTES,
@@ -150,13 +152,13 @@ OPTIONS: tuple[LoadOption, ...] = (
     LoadOption(
         "columns", str, None,
         "target columns the fields fill, in file order, for files without a header",
-        "all non-generated", "request", templated=True, is_list=True,
+        "all non-generated", "request", is_list=True,
     ),
     LoadOption(
         "key", str, None,
         "the columns that identify a row: exactly the columns of the target's primary key or "
         "of one of its unique constraints or unique indexes (any order)",
-        "the primary key", "request", modes=("upsert",), templated=True, is_list=True,
+        "the primary key", "request", modes=("upsert",), is_list=True,
     ),
     LoadOption(
         "on_duplicate_key", str, "last",
@@ -216,7 +218,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "loaded (a deliberate reload of the past); otherwise such a run fails, naming the newer "
         "load and changing nothing (see Runs that overlap). Under Airflow only: the command "
         "line and `load()` have no data interval",
-        "`False`", "settings", modes=("replace", "replace_partitions", "upsert"), templated=True,
+        "`False`", "settings", modes=("replace", "replace_partitions", "upsert"),
     ),
     LoadOption(
         "history_keep", int, 1000,
@@ -264,6 +266,115 @@ def changed(values: Mapping[str, Any], exclude: Iterable[str] = ()) -> dict[str,
     """The load options among ``values`` that differ from their declared defaults (so that
     whole ``settings=``/``copy=``/``errors=`` objects keep their own fields)."""
     return {k: v for k, v in pick(values, exclude).items() if v != BY_NAME[k].default}
+
+
+# --- values rendered at run time ----------------------------------------------------------
+
+
+def templated_names() -> tuple[str, ...]:
+    """The options that are template fields of ``PgBulkPrepareOperator``."""
+    return tuple(opt.name for opt in OPTIONS if opt.templated)
+
+
+def _given(value: Any) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def as_text(name: str, value: Any) -> str:
+    """``value`` if it is a text, else a ``TypeError`` naming ``name`` and what was given."""
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a text, not {_given(value)}")
+    return value
+
+
+def as_names(name: str, value: Any) -> tuple[str, ...] | None:
+    """Names given as a list of texts, or as one text: comma-separated (``"id, v"``), or a
+    list as a template renders one (``"['id', 'v']"``); an empty text is not given (None)."""
+    import ast
+
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            return None
+        if text[0] in "[(":
+            try:
+                value = ast.literal_eval(text)
+            except (ValueError, SyntaxError):
+                raise ValueError(
+                    f"{name} must be a list of column names or one text of comma-separated "
+                    f"names, not {_given(value)}"
+                ) from None
+        else:
+            return tuple(part.strip() for part in text.split(",") if part.strip())
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise TypeError(
+            f"{name} must be a list of column names or one text of comma-separated names, "
+            f"not {_given(value)}"
+        )
+    return tuple(value)
+
+
+def as_bool(name: str, value: Any) -> bool | None:
+    """A boolean, or the text ``true``/``false`` in any case (what a template renders from a
+    boolean); an empty text is not given (None); anything else a ``TypeError``."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in ("true", "false"):
+            return word == "true"
+        if not word:
+            return None
+    raise TypeError(f"{name} must be true or false, not {_given(value)}")
+
+
+def as_whole_number(name: str, value: Any) -> int | None:
+    """An int, or a text of one (what a template renders); an empty text is not given (None);
+    anything else (a bool, ``3.5``, ``'many'``) a ``TypeError``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        text = value.strip().replace("_", "")
+        if not text:
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            pass
+    raise TypeError(f"{name} must be a whole number, not {_given(value)}")
+
+
+def checked(name: str, value: Any) -> Any:
+    """The value of option ``name`` as a load takes it, from what Airflow rendered (a text,
+    unless the DAG renders native objects): typed as declared, else a ``TypeError`` or
+    ``ValueError`` that names the option and what was given. None is not given (the default
+    applies)."""
+    opt = BY_NAME[name]
+    if value is None:
+        return None
+    if opt.is_list:
+        return as_names(name, value)
+    if opt.type is bool:
+        return as_bool(name, value)
+    if opt.type is int:
+        number = as_whole_number(name, value)
+        if number is not None and number < _MINIMUM.get(name, 0):
+            raise ValueError(f"{name} must be {_MINIMUM.get(name, 0)} or more, not {number}")
+        return number
+    if opt.type is not str:  # another type (a float …): itself, or its text converted
+        if isinstance(value, opt.type):
+            return value
+        try:
+            return opt.type(as_text(name, value).strip())
+        except (TypeError, ValueError):
+            raise TypeError(f"{name} must be a {opt.type.__name__}, not {_given(value)}") from None
+    text = as_text(name, value)
+    if opt.choices and text not in opt.choices:
+        if name == "mode" and not text:
+            return text  # the request says which modes there are and what each does
+        allowed = ", ".join(repr(c) for c in opt.choices)
+        raise ValueError(f"{name} must be one of {allowed}, not {_given(value)}")
+    return text
 
 
 # --- the command line -------------------------------------------------------------------

@@ -653,7 +653,7 @@ def request_from_options(
     return LoadRequest(
         table=table,
         source=(source,) if isinstance(source, str) else tuple(source),
-        columns=tuple(columns) if columns is not None else None,
+        columns=column_list(columns) if columns is not None else None,
         **{k: given[k] for k in _REQUEST_OPTIONS if k in given},
         **nested,
     )

@@ -160,20 +160,20 @@ def load(
         ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
     :param format: ``csv``, ``text`` (PostgreSQL's text format) or ``parquet`` (columns matched
         to the table's by name, row groups split over partitions; needs
-        ``airflow-pg-bulk[parquet]``); default ``csv``.
+        ``airflow-pg-bulk[parquet]``); default ``csv``. (templated)
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
-        default ``False``.
-    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text).
-    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text).
-    :param quote: csv quote character; default ``"``.
-    :param escape: csv escape character inside quotes; default the quote.
+        default ``False``. (templated)
+    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text). (templated)
+    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text). (templated)
+    :param quote: csv quote character; default ``"``. (templated)
+    :param escape: csv escape character inside quotes; default the quote. (templated)
     :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
-        splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
+        splitting one file needs an ASCII-compatible encoding; default ``UTF8``. (templated)
     :param partitions: number of COPY partitions (mapped tasks); default by size: one per
         ``partition_size``, at most 16. (templated)
     :param partition_size: input bytes per partition when ``partitions`` is not given; default
-        67108864 (64 MiB).
+        67108864 (64 MiB). (templated)
     :param columns: target columns the fields fill, in file order, for files without a header;
         default all non-generated. (templated)
     :param key: the columns that identify a row: exactly the columns of the target's primary key
@@ -182,44 +182,46 @@ def load(
     :param on_duplicate_key: a key loaded more than once: ``last``: the row latest in source
         order wins (files in the order given, each glob's matches by name; lines in file order);
         ``fail``: the load fails naming the key, the target untouched; default ``last``.
+        (templated)
     :param strategy: how the rows reach the target: ``in_place`` (INSERT into it); ``rebuild``
         (a new table = its rows + the loaded rows, indexed, then swapped in as a replace does;
         needs a replace's privileges); ``auto``: the cheaper by the cost model in
         docs/design.md, in place when a rebuild is not possible (said in the log); default
-        ``auto``.
+        ``auto``. (templated)
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
-        replace and replace_partitions, ``False`` for append and upsert.
+        replace and replace_partitions, ``False`` for append and upsert. (templated)
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
-        the load's own tables in prepare, finalize and cleanup; default ``30s``.
+        the load's own tables in prepare, finalize and cleanup; default ``30s``. (templated)
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
-        default ``512MB``.
+        default ``512MB``. (templated)
     :param index_workers: parallel maintenance workers of each index build in finalize
         (``max_parallel_maintenance_workers``), never more than the server's
         ``max_parallel_workers``; ``0``: none; default sized from the server (see
-        docs/tuning.md, "finalize on several cores").
+        docs/tuning.md, "finalize on several cores"). (templated)
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
         can lose only partitions whose commit was not yet flushed, which the ledger check then
-        reports — never a silent partial load; default ``off``.
+        reports — never a silent partial load; default ``off``. (templated)
     :param analyze: ANALYZE the new rows: a replace, rebuild or partition swap before they
         become visible; an in-place append or upsert after its commit, when it changed at least
         a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
+        (templated)
     :param allow_older_run: let this run replace rows that a run with a later data interval of
         the same DAG task loaded (a deliberate reload of the past); otherwise such a run fails,
         naming the newer load and changing nothing (see Runs that overlap). Under Airflow only:
         the command line and ``load()`` have no data interval; default ``False``. (templated)
     :param history_keep: loads kept per target in the load history ``pgbulk_loads``; older ones
         are deleted after each finalize into the target (the newest load of each DAG task and
-        partition always stays: the ordering of runs needs it); default ``1000``.
+        partition always stays: the ordering of runs needs it); default ``1000``. (templated)
     :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
-        the rest load; default ``fail``.
+        the rest load; default ``fail``. (templated)
     :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
         the load fails and nothing reaches the target; rejected rows are kept in
-        ``reject_table`` either way; default ``0``.
+        ``reject_table`` either way; default ``0``. (templated)
     :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
         target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
-        ``pgbulk_rejects`` in the target's schema.
+        ``pgbulk_rejects`` in the target's schema. (templated)
     :param jobs: COPY connections at once; default ``min(partitions, 4)``.
     :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.
     :param load_id: reuse a load id (12 hex characters) to resume a load whose partitions

@@ -221,6 +221,7 @@ def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
         "pg_bulk_upstream_source",
         "pg_bulk_mapped_group",
         "pg_bulk_mapped_operators",
+        "pg_bulk_task_surface",
     }
     prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_operators").get_task("prepare")
     assert prepare.partial_kwargs["mode"] == "append"

@@ -136,14 +136,17 @@ def test_docstring_params_match_the_declaration(name):
 
 
 def test_templated_options_are_template_fields():
-    from airflow_pg_bulk.operators.pg_bulk import PgBulkPrepareOperator
+    from airflow_pg_bulk.operators.pg_bulk import PgBulkCleanupOperator, PgBulkPrepareOperator
 
-    fields = set(PgBulkPrepareOperator.template_fields)
-    assert {o.name for o in OPTIONS if o.templated} <= fields
+    fields = PgBulkPrepareOperator.template_fields
+    assert len(fields) == len(set(fields))
     # table, source and the connection id are templated too, but are not load options
-    assert fields - {"table", "source", "postgres_conn_id"} <= {
+    assert set(fields) == {"table", "source", "postgres_conn_id"} | {
         o.name for o in OPTIONS if o.templated
     }
+    # every option a user would template: all of them today
+    assert options.templated_names() == options.NAMES
+    assert "lock_timeout" in PgBulkCleanupOperator.template_fields  # cleanup takes it too
 
 
 def test_operator_passes_every_option_through():
@@ -186,6 +189,124 @@ def test_operator_passes_the_upsert_options_a_rendered_key_may_be_a_string():
     op.key = "meter, day"  # what a template renders
     assert op.build_request().key == ("meter", "day")
     assert "key" in PgBulkPrepareOperator.template_fields
+
+
+# --- rendered values: typed, checked in execute ---------------------------------------------
+
+
+def _prepare(**given):
+    from airflow_pg_bulk.operators.pg_bulk import PgBulkPrepareOperator
+
+    return PgBulkPrepareOperator(
+        task_id="p", **{"table": "s.t", "source": "/x.csv", "mode": "append", **given}
+    )
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        ({"header": "false"}, ("copy", "header", False)),
+        ({"header": "True"}, ("copy", "header", True)),
+        ({"header": ""}, ("copy", "header", False)),  # rendered empty: not given
+        ({"analyze": "FALSE"}, ("settings", "analyze", False)),
+        ({"staging_logged": "true"}, ("request", "staging_logged", True)),
+        ({"partitions": " 3 "}, ("request", "partitions", 3)),
+        ({"partitions": ""}, ("request", "partitions", None)),
+        ({"partition_size": "1_000"}, ("request", "partition_size", 1000)),
+        ({"max_rejects": "4", "on_error": "reject"}, ("errors", "max_rejects", 4)),
+        ({"index_workers": "0"}, ("settings", "index_workers", 0)),
+        ({"columns": "id,v"}, ("request", "columns", ("id", "v"))),
+        ({"columns": " id , v ,"}, ("request", "columns", ("id", "v"))),
+        ({"columns": "['id', 'v']"}, ("request", "columns", ("id", "v"))),  # a list, rendered
+        ({"columns": ["id", "v"]}, ("request", "columns", ("id", "v"))),
+        ({"columns": ""}, ("request", "columns", None)),
+        ({"mode": "upsert", "key": "meter, day"}, ("request", "key", ("meter", "day"))),
+        ({"delimiter": "\t"}, ("copy", "delimiter", "\t")),
+    ],
+)
+def test_rendered_text_is_taken_as_the_declared_type(given, expected):
+    group, name, value = expected
+    request = _prepare(**given).build_request()
+    where = request if group == "request" else getattr(request, group)
+    assert getattr(where, name) == value
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"header": "yes"}, "header must be true or false, not 'yes' (str)"),
+        ({"header": 1}, "header must be true or false, not 1 (int)"),
+        ({"analyze": "0"}, "analyze must be true or false, not '0' (str)"),
+        ({"partitions": "many"}, "partitions must be a whole number, not 'many' (str)"),
+        ({"partitions": "2.5"}, "partitions must be a whole number, not '2.5' (str)"),
+        ({"partitions": True}, "partitions must be a whole number, not True (bool)"),
+        ({"partitions": "0"}, "partitions must be 1 or more, not 0"),
+        ({"max_rejects": "-1"}, "max_rejects must be 0 or more, not -1"),
+        ({"lock_timeout": 30}, "lock_timeout must be a text, not 30 (int)"),
+        ({"format": "xml"}, "format must be one of 'csv', 'text', 'parquet', not 'xml' (str)"),
+        ({"mode": "sideways"}, "mode must be one of 'replace', 'append', 'upsert', "),
+        ({"columns": 7}, "columns must be a list of column names or one text of comma-sep"),
+        ({"columns": ["id", 2]}, "columns must be a list of column names or one text of"),
+        ({"columns": "['id'"}, "columns must be a list of column names"),
+        ({"table": ""}, "table must name the target table, not an empty text"),
+        ({"table": ["s.t"]}, "table must be a text, not ['s.t'] (list)"),
+        ({"source": 5}, "source must be a path, glob or URL, or a list of them, not 5 (int)"),
+    ],
+)
+def test_a_rendered_value_of_the_wrong_type_fails_in_execute_naming_it(given, message):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    prepare = _prepare(**given)
+    with pytest.raises(AirflowFailException) as failed:
+        prepare.execute({})  # the check comes first: nothing connects
+    assert str(failed.value).startswith(f"p: {message}"), str(failed.value)
+
+
+def test_an_option_of_another_type_is_checked_as_that_type(monkeypatch):
+    """An option declared later with a type of its own (a float here) is checked too."""
+    ratio = options.LoadOption("ratio", float, 0.5, "a ratio", "`0.5`", "settings")
+    monkeypatch.setitem(options.BY_NAME, "ratio", ratio)
+    assert options.checked("ratio", " 0.25 ") == 0.25
+    assert options.checked("ratio", 2.0) == 2.0
+    with pytest.raises(TypeError, match=r"ratio must be a float, not 'half' \(str\)"):
+        options.checked("ratio", "half")
+
+
+def test_templates_render_into_checked_values():
+    """Airflow renders every load option (Jinja renders text); the rendered text becomes the
+    option's type in execute: ``columns="{{ params.columns }}"`` with ``"id,v"`` is two
+    columns (it was the characters ``['i', 'd', ',', 'v']``)."""
+    from airflow.sdk import DAG
+
+    from airflow_pg_bulk.operators.pg_bulk import PgBulkPrepareOperator
+
+    with DAG("options_templates", schedule=None):
+        prepare = PgBulkPrepareOperator(
+            task_id="p",
+            **{name: "{{ params." + name + " }}" for name in ("table", "source", *options.NAMES)},
+        )
+    params = {
+        "table": "s.t", "source": "/x.csv", "mode": "replace", "columns": "id,v",
+        "format": "text", "header": False, "delimiter": "|", "null": "", "quote": '"',
+        "escape": "", "encoding": "LATIN1", "partitions": 3, "partition_size": 1000,
+        "key": "", "on_duplicate_key": "last", "strategy": "auto", "staging_logged": True,
+        "lock_timeout": "5s", "maintenance_work_mem": "1GB", "index_workers": 2,
+        "synchronous_commit": "on", "analyze": False, "on_error": "reject", "max_rejects": 9,
+        "reject_table": "s.bad", "source_conn_id": "", "allow_older_run": True,
+        "history_keep": 50,
+    }  # fmt: skip
+    assert set(params) >= set(options.NAMES)
+    prepare.render_template_fields({"params": params})
+    assert prepare.columns == "id,v" and prepare.header == "False"  # what Jinja renders
+    prepare.escape = None  # text format: no escape (an empty text is an escape of its own)
+    request = prepare.build_request()
+    assert (request.table, request.source, request.mode) == ("s.t", ("/x.csv",), "replace")
+    assert request.columns == ("id", "v")
+    assert request.copy == CopyOptions("text", False, "|", "", '"', None, "LATIN1")
+    assert (request.partitions, request.partition_size, request.staging_logged) == (3, 1000, True)
+    assert request.settings == Settings("5s", "1GB", "on", False, 2, True, 50)
+    assert request.errors == ErrorPolicy("reject", 9, "s.bad")
+    assert request.source_conn_id is None
 
 
 # --- no destructive default ----------------------------------------------------------------

@@ -474,5 +474,5 @@ def test_allow_older_run_that_is_no_boolean_is_refused():
     operator = PgBulkPrepareOperator(
         task_id="prepare", table="s.t", source="/x.csv", mode="replace", allow_older_run="maybe"
     )
-    with pytest.raises(ValueError, match="allow_older_run must be true or false, not 'maybe'"):
+    with pytest.raises(TypeError, match="allow_older_run must be true or false"):
         operator.build_request()

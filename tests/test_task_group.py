@@ -242,3 +242,100 @@ def test_the_groups_tasks_are_attributes_inside_a_parent_group():
     assert [t.task_id for t in load.copies] == ["outer.g.copy"]
     assert load.finalize.task_id == "outer.g.finalize"
     assert load.cleanup.task_id == "outer.g.cleanup" and load.cleanup.is_teardown
+
+
+# --- lineage on finalize only; the DAG's default_args respected ------------------------------
+
+
+def test_outlets_and_inlets_go_to_finalize_only():
+    """An asset event of the group means its rows are visible: the user's outlets (and
+    inlets) are finalize's, next to the AssetAlias of the target; prepare, the COPY tasks and
+    cleanup (a teardown that succeeds after a failed load too) have none."""
+    from airflow.sdk import Asset, AssetAlias
+
+    consumer, source = Asset("pg_bulk_consumer"), Asset("pg_bulk_source_files")
+    for given in ({"outlets": [consumer], "inlets": [source]}, {"outlets": consumer}):
+        tasks = _build(**given)
+        finalize = tasks["finalize"]
+        assert finalize.outlets[0] == consumer
+        assert [type(o) for o in finalize.outlets] == [Asset, AssetAlias]
+        assert finalize.inlets == ([source] if "inlets" in given else [])
+        for name in ("prepare", "copy", "cleanup"):
+            assert not _setting(tasks[name], "outlets"), name
+            assert not _setting(tasks[name], "inlets"), name
+
+
+@pytest.mark.parametrize("where", ["dag", "task_group", "pg_bulk_load"])
+def test_outlets_from_default_args_go_to_finalize_only(where):
+    from airflow.sdk import Asset
+
+    consumer, source = Asset("pg_bulk_consumer"), Asset("pg_bulk_source_files")
+    tasks = _build_with_defaults(where, {"outlets": [consumer], "inlets": [source]})
+    assert tasks["finalize"].outlets[0] == consumer
+    assert tasks["finalize"].inlets == [source]
+    for name in ("prepare", "copy", "cleanup"):
+        assert not _setting(tasks[name], "outlets"), name
+        assert not _setting(tasks[name], "inlets"), name
+    given = _build_with_defaults(where, {"outlets": [source]}, outlets=[consumer])
+    assert given["finalize"].outlets[0] == consumer  # given to the group: first, as Airflow's
+    assert source not in given["finalize"].outlets
+
+
+def _build_with_defaults(where: str, defaults: dict, **settings):
+    """The group's tasks, with ``defaults`` as the DAG's default_args, an enclosing TaskGroup's
+    or the group's own (``default_args=`` given to pg_bulk_load)."""
+    from airflow.sdk import TaskGroup
+
+    dag_defaults = defaults if where == "dag" else {}
+    group_defaults = defaults if where == "task_group" else {}
+    if where == "pg_bulk_load":
+        settings["default_args"] = defaults
+    with (
+        DAG("task_group_defaults", schedule=None, default_args=dag_defaults) as dag,
+        TaskGroup("outer", default_args=group_defaults),
+    ):
+        pg_bulk_load(group_id="g", table="s.t", source="/x.csv", mode="append", **settings)
+    return {name: dag.task_dict[f"outer.g.{name}"] for name in TASKS}
+
+
+@pytest.mark.parametrize("where", ["dag", "task_group", "pg_bulk_load"])
+def test_default_args_retries_and_retry_delay_reach_copy_and_finalize(where):
+    delay = timedelta(seconds=42)
+    tasks = _build_with_defaults(where, {"retries": 7, "retry_delay": delay})
+    for name, task in tasks.items():
+        assert _setting(task, "retries") == 7, name
+        assert _setting(task, "retry_delay") == delay, name
+
+
+@pytest.mark.parametrize("where", ["dag", "task_group"])
+def test_provider_defaults_fill_only_what_default_args_leave_out(where):
+    from airflow.sdk import BaseOperator
+
+    airflow_delay = BaseOperator(task_id="plain").retry_delay  # Airflow's own default
+    only_retries = _build_with_defaults(where, {"retries": 5})
+    assert _setting(only_retries["copy"], "retries") == 5
+    assert _setting(only_retries["finalize"], "retries") == 5
+    assert only_retries["finalize"].retry_delay == timedelta(seconds=10)  # the provider's
+    assert _setting(only_retries["copy"], "retry_delay") == airflow_delay
+
+    only_delay = _build_with_defaults(where, {"retry_delay": timedelta(seconds=3)})
+    assert _setting(only_delay["copy"], "retries") == 2  # the provider's
+    assert only_delay["finalize"].retries == 2
+    assert only_delay["finalize"].retry_delay == timedelta(seconds=3)
+
+    steps = _build_with_defaults(where, {"retries": 5}, copy_retries=1, finalize_retries=0)
+    assert _setting(steps["copy"], "retries") == 1
+    assert steps["finalize"].retries == 0
+    assert steps["prepare"].retries == 5 and steps["cleanup"].retries == 5
+
+
+def test_without_any_setting_the_provider_defaults_apply():
+    from airflow.sdk import BaseOperator
+
+    plain = BaseOperator(task_id="plain")
+    tasks = _build()
+    assert _setting(tasks["copy"], "retries") == 2
+    assert tasks["finalize"].retries == 2
+    assert tasks["finalize"].retry_delay == timedelta(seconds=10)
+    assert _setting(tasks["copy"], "retry_delay") == plain.retry_delay
+    assert tasks["prepare"].retries == plain.retries == tasks["cleanup"].retries

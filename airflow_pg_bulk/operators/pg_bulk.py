@@ -132,19 +132,6 @@ def run_order(context: Context, prepare_task_id: str) -> RunOrder | None:
     )
 
 
-_TRUE = {"true", "1", "yes", "on"}
-_FALSE = {"false", "0", "no", "off", "", "none"}
-
-
-def rendered_bool(name: str, value: Any) -> bool:
-    """A boolean option as given or rendered from a template (``"True"``, ``"false"``)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
-        return value.strip().lower() in _TRUE
-    raise ValueError(f"{name} must be true or false, not {value!r}")
-
-
 def session_name(context: Context, load_id: str) -> str:
     """The ``application_name`` of the task's session: ``pgbulk:<load_id>:<dag_id>.<task_id>``
     with ``[<map index>]`` for a mapped task (63 bytes at most, keeping the load id)."""
@@ -193,6 +180,13 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     Mapped (``.partial(...).expand(table=[...])``, or inside a mapped task group), each
     instance runs a load of its own: its map index is part of the load id.
 
+    Every argument below is templated (the load options as declared in
+    :mod:`airflow_pg_bulk.options`) and checked when the task runs: a value of the wrong type
+    fails the task at once naming the argument and what it was (``header='yes'``). A template
+    renders text: a boolean may be ``true``/``false`` (any case), a number its digits, a list
+    of columns comma-separated (``"id, v"``) or as a list renders (``"['id', 'v']"``); an empty
+    text for a boolean, a number or a list of columns means not given (the default).
+
     :param postgres_conn_id: Airflow connection id of the target database (``postgres`` type).
         (templated)
     :param table: the target table, ``schema.table`` or ``table``; it must exist. (templated)
@@ -212,20 +206,20 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
     :param format: ``csv``, ``text`` (PostgreSQL's text format) or ``parquet`` (columns matched
         to the table's by name, row groups split over partitions; needs
-        ``airflow-pg-bulk[parquet]``); default ``csv``.
+        ``airflow-pg-bulk[parquet]``); default ``csv``. (templated)
     :param header: every file starts with a header line; columns are matched to the table by
         name (exact, then case-insensitive), in any order; all files must have the same header;
-        default ``False``.
-    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text).
-    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text).
-    :param quote: csv quote character; default ``"``.
-    :param escape: csv escape character inside quotes; default the quote.
+        default ``False``. (templated)
+    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text). (templated)
+    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text). (templated)
+    :param quote: csv quote character; default ``"``. (templated)
+    :param escape: csv escape character inside quotes; default the quote. (templated)
     :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
-        splitting one file needs an ASCII-compatible encoding; default ``UTF8``.
+        splitting one file needs an ASCII-compatible encoding; default ``UTF8``. (templated)
     :param partitions: number of COPY partitions (mapped tasks); default by size: one per
         ``partition_size``, at most 16. (templated)
     :param partition_size: input bytes per partition when ``partitions`` is not given; default
-        67108864 (64 MiB).
+        67108864 (64 MiB). (templated)
     :param columns: target columns the fields fill, in file order, for files without a header;
         default all non-generated. (templated)
     :param key: the columns that identify a row: exactly the columns of the target's primary key
@@ -234,58 +228,56 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     :param on_duplicate_key: a key loaded more than once: ``last``: the row latest in source
         order wins (files in the order given, each glob's matches by name; lines in file order);
         ``fail``: the load fails naming the key, the target untouched; default ``last``.
+        (templated)
     :param strategy: how the rows reach the target: ``in_place`` (INSERT into it); ``rebuild``
         (a new table = its rows + the loaded rows, indexed, then swapped in as a replace does;
         needs a replace's privileges); ``auto``: the cheaper by the cost model in
         docs/design.md, in place when a rebuild is not possible (said in the log); default
-        ``auto``.
+        ``auto``. (templated)
     :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
         table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
-        replace and replace_partitions, ``False`` for append and upsert.
+        replace and replace_partitions, ``False`` for append and upsert. (templated)
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
-        the load's own tables in prepare, finalize and cleanup; default ``30s``.
+        the load's own tables in prepare, finalize and cleanup; default ``30s``. (templated)
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
-        default ``512MB``.
+        default ``512MB``. (templated)
     :param index_workers: parallel maintenance workers of each index build in finalize
         (``max_parallel_maintenance_workers``), never more than the server's
         ``max_parallel_workers``; ``0``: none; default sized from the server (see
-        docs/tuning.md, "finalize on several cores").
+        docs/tuning.md, "finalize on several cores"). (templated)
     :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
         can lose only partitions whose commit was not yet flushed, which the ledger check then
-        reports — never a silent partial load; default ``off``.
+        reports — never a silent partial load; default ``off``. (templated)
     :param analyze: ANALYZE the new rows: a replace, rebuild or partition swap before they
         become visible; an in-place append or upsert after its commit, when it changed at least
         a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
+        (templated)
     :param allow_older_run: let this run replace rows that a run with a later data interval of
         the same DAG task loaded (a deliberate reload of the past); otherwise such a run fails,
         naming the newer load and changing nothing (see Runs that overlap). Under Airflow only:
         the command line and ``load()`` have no data interval; default ``False``. (templated)
     :param history_keep: loads kept per target in the load history ``pgbulk_loads``; older ones
         are deleted after each finalize into the target (the newest load of each DAG task and
-        partition always stays: the ordering of runs needs it); default ``1000``.
+        partition always stays: the ordering of runs needs it); default ``1000``. (templated)
     :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
-        the rest load; default ``fail``.
+        the rest load; default ``fail``. (templated)
     :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
         the load fails and nothing reaches the target; rejected rows are kept in
-        ``reject_table`` either way; default ``0``.
+        ``reject_table`` either way; default ``0``. (templated)
     :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
         target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
-        ``pgbulk_rejects`` in the target's schema.
+        ``pgbulk_rejects`` in the target's schema. (templated)
     """
 
+    # every load option declared templated in airflow_pg_bulk.options, checked in execute
     template_fields: Sequence[str] = (
         "table",
         "source",
-        "mode",
-        "partitions",
-        "columns",
-        "key",
-        "source_conn_id",
         "postgres_conn_id",
-        "allow_older_run",
+        *options.templated_names(),
     )
-    template_fields_renderers = {"source": "json", "columns": "json"}
+    template_fields_renderers = {"source": "json", "columns": "json", "key": "json"}
 
     def __init__(
         self,
@@ -325,42 +317,24 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             request_from_options("", "", mode=None)
         self.table = table
         self.source = source
-        self.mode = mode
-        self.partitions = partitions
-        self.columns = columns
-        self.key = key
-        self.source_conn_id = source_conn_id
-        self.allow_older_run = allow_older_run
-        self.load_options = options.pick(
-            locals(),
-            exclude=(
-                "mode",
-                "partitions",
-                "columns",
-                "key",
-                "table",
-                "source",
-                "source_conn_id",
-                "allow_older_run",
-            ),
-        )
+        for name, value in options.pick(locals()).items():  # one attribute per load option
+            setattr(self, name, value)
+
+    @property
+    def load_options(self) -> dict[str, Any]:
+        """The load options as given (or as rendered, once Airflow rendered them)."""
+        return {name: getattr(self, name) for name in options.NAMES}
 
     def build_request(self) -> LoadRequest:
-        """The load request from the (rendered) arguments: validated here, at run time, so that
-        any of them may be a template or an upstream task's output."""
-        partitions = self.partitions
-        if isinstance(partitions, str):  # a rendered template
-            partitions = int(partitions) if partitions.strip() else None
+        """The load request from the (rendered) arguments: type-checked and validated here,
+        at run time, so that any of them may be a template or an upstream task's output. A
+        value of the wrong type (``header="yes"``, ``partitions="many"``) is a ``TypeError``
+        or ``ValueError`` naming the argument and what it was."""
+        given = {name: options.checked(name, value) for name, value in self.load_options.items()}
+        columns = given.pop("columns")
+        given["source_conn_id"] = given["source_conn_id"] or None
         return request_from_options(
-            self.table,
-            self.source,
-            self.columns,
-            mode=self.mode,
-            partitions=partitions,
-            key=self.key,
-            source_conn_id=self.source_conn_id or None,
-            allow_older_run=rendered_bool("allow_older_run", self.allow_older_run),
-            **self.load_options,
+            _checked_table(self.table), _checked_source(self.source), columns, **given
         )
 
     def execute(self, context: Context) -> list[int]:
@@ -397,6 +371,28 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             plan.source_bytes / 1e6,
         )
         return [p.to_dict() for p in plan.partitions]
+
+
+def _checked_table(value: Any) -> str:
+    """The (rendered) ``table``: a non-empty text."""
+    table = options.as_text("table", value)
+    if not table.strip():
+        raise ValueError("table must name the target table, not an empty text")
+    return table
+
+
+def _checked_source(value: Any) -> str | list[str]:
+    """The (rendered) ``source``: a text, or a list of texts (paths may be ``os.PathLike``)."""
+    import os
+
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Sequence) and all(isinstance(v, (str, os.PathLike)) for v in value):
+        return [os.fspath(v) for v in value]
+    raise TypeError(
+        f"source must be a path, glob or URL, or a list of them, not {value!r}"
+        f" ({type(value).__name__})"
+    )
 
 
 class PgBulkCopyOperator(_PgBulkOperator):
@@ -580,10 +576,10 @@ class PgBulkCleanupOperator(_PgBulkOperator):
         else prepare's only instance.
     :param lock_timeout: the load's ``lock_timeout``: the longest wait for the lock on one of
         the run's tables, tried a few times before cleanup fails naming what is left; default
-        ``30s``.
+        ``30s``. (templated)
     """
 
-    template_fields: Sequence[str] = ("table", "postgres_conn_id")
+    template_fields: Sequence[str] = ("table", "postgres_conn_id", "lock_timeout")
 
     def __init__(
         self,
@@ -603,13 +599,18 @@ class PgBulkCleanupOperator(_PgBulkOperator):
     def execute(self, context: Context) -> list[str]:
         from airflow_pg_bulk.catalog import split_name
 
-        schema, _table = split_name(self.table)
+        schema, _table = split_name(_checked_table(self.table))
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         load_id = load_id_from_context(context, self.prepare_task_id, map_index)
+        lock_timeout = options.BY_NAME["lock_timeout"].default
+        try:
+            lock_timeout = options.checked("lock_timeout", self.lock_timeout) or lock_timeout
+        except (TypeError, ValueError) as exc:  # prepare refused it: clean up all the same
+            self.log.warning("%s; cleanup waits at most %s for a lock", exc, lock_timeout)
         dropped = self.hook.cleanup(
             schema,
             load_id,
-            lock_timeout=self.lock_timeout,
+            lock_timeout=lock_timeout,
             application_name=session_name(context, load_id),
         )
         self.log.info("Load %s: dropped %s", load_id, dropped or "nothing (already clean)")
