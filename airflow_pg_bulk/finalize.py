@@ -79,7 +79,8 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
             )
         elif partitioned.partitioned_staging(plan):
             described = routed = partitioned.route(conn, plan, clock, rows)
-            if sessions is not None:  # the partitions to swap, built side by side first
+            if sessions is not None and partitioned.built_beside(routed) > 1:
+                # the partitions to swap, built side by side first
                 with clock.phase("build_partitions"):
                     partitioned.build_in_parallel(
                         sessions.open, routed, partitioned.side_by_side(routed)

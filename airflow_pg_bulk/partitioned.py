@@ -204,10 +204,26 @@ def route(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
         if not candidates and rows:  # every key value pruned every partition
             conn.rollback()
             raise _unrouted(conn, plan, [])
-        captured = catalog.capture_leaves(conn, t, [(s, n) for s, n, _b, _c in kept])
-        by_name = {
-            (leaf.definition.schema, leaf.definition.table): leaf for leaf in captured.leaves
-        }
+        # a partition loaded in place needs no definition; one swapped, its own in full
+        by_name = {}
+        swapped = []
+        for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
+            table = naming.staging_partition(plan.load_id, number)
+            if (
+                t.triggers
+                or scalar(conn, sql.more_rows_than(t.schema, table, IN_PLACE_ROWS))
+                or scalar(conn, sql.has_user_triggers(leaf_schema, name))
+            ):
+                swapped.append((leaf_schema, name))
+                continue
+            named = TargetDefinition(leaf_schema, name, 0, "", t.persistence, ())
+            by_name[leaf_schema, name] = LeafPartition(bound, constraint, named, in_place=True)
+        captured = Partitioning(parts.key, ())
+        if swapped:
+            captured = catalog.capture_leaves(conn, t, swapped)
+        by_name.update(
+            ((leaf.definition.schema, leaf.definition.table), leaf) for leaf in captured.leaves
+        )
         leaves = []
         for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
             leaf = by_name.get((leaf_schema, name))
@@ -349,7 +365,11 @@ def finalize_partitioned(
     t = plan.target
     parts = _parts(plan)
     leaves = parts.leaves
-    if plan.mode in ("replace", "replace_partitions") and parts.unsupported:
+    if (
+        plan.mode in ("replace", "replace_partitions")
+        and parts.unsupported
+        and (_to_swap(conn, plan, list(range(len(leaves)))))
+    ):
         raise LoadRefusedError(
             f"{plan.mode} of the partitioned {t.qualified} refused before anything changed: "
             + "; ".join(parts.unsupported)
@@ -374,17 +394,25 @@ def finalize_partitioned(
     with clock.phase("swap"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
-        # appends in place first, before the parent is locked: readers are not held up
-        for n in loaded:
-            if n not in built:
-                _insert_leaf(conn, plan, n)
-                inserted.append(n)
+        # in place first, before the parent is locked: readers of the other partitions are
+        # not held up (a replace empties each such partition first: ACCESS EXCLUSIVE on it)
+        in_place = [n for n in loaded if n not in built]
+        if in_place and plan.mode != "append":
+            locking.lock_for_swap(conn, [_qualified(leaves[n]) for n in in_place])
+        for n in in_place:
+            if plan.mode != "append":
+                execute(conn, sql.truncate(*_qualified(leaves[n])))
+            _insert_leaf(conn, plan, n)
+            inserted.append(n)
         if built or plan.mode == "replace":
+            # the checks under SHARE UPDATE EXCLUSIVE on the parent (no reader waits for it:
+            # it keeps DDL and autovacuum off) and ACCESS EXCLUSIVE on the partitions swapped
+            # (their own readers wait); the parent's ACCESS EXCLUSIVE (DETACH needs it) only
+            # from the first DETACH to COMMIT, taken in short tries
+            execute(conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE"))
             swapped_leaves = [leaves[n].definition for n in built]
-            locking.lock_for_swap(
-                conn,
-                [(t.schema, t.table), *((d.schema, d.table) for d in swapped_leaves)],
-            )
+            if swapped_leaves:
+                locking.lock_for_swap(conn, [(d.schema, d.table) for d in swapped_leaves])
             history.refuse_overwriting_newer(conn, plan)
             now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
             if now.fingerprint() != _parent_fingerprint(plan):
@@ -394,6 +422,7 @@ def finalize_partitioned(
                     "swapped. Run the load again"
                 )
             _refuse_changed_leaves(conn, plan, now, [leaves[n] for n in built])
+            locking.lock_for_swap(conn, [(t.schema, t.table)])
         for n, names in built.items():
             if plan.mode == "append" and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
@@ -457,6 +486,12 @@ def _refuse_changed_leaves(
 
 #: at most this many partitions are built at once by finalize's extra sessions
 MAX_SIDE_BY_SIDE = 8
+
+
+def built_beside(plan: LoadPlan) -> int:
+    """How many partitions a routed load (:func:`route`) builds beside the target (not loaded
+    in place)."""
+    return sum(not leaf.in_place for leaf in _parts(plan).leaves)
 
 
 def side_by_side(plan: LoadPlan) -> int:
@@ -537,29 +572,45 @@ def _ledger(plan: LoadPlan) -> sql.Composable:
 
 
 def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:
-    """Append a partition's staged rows in place, through the parent (they go to the same
-    partition; the role needs INSERT on the parent only, as for a plain append)."""
+    """Insert a partition's staged rows in place, through the parent (they go to the same
+    partition; the role needs INSERT on the parent only, as for a plain append): every
+    column but the generated ones, as staging holds them (an identity column not loaded was
+    numbered from the target's sequence there)."""
     t = plan.target
+    columns = [c.name for c in t.columns if not c.generated]
     execute(
         conn,
         sql.insert_from_staging(
             t.schema,
             t.table,
             naming.staging_partition(plan.load_id, number),
-            plan.columns,
-            override_identity=any(
-                c.identity == Identity.ALWAYS and c.name in plan.columns for c in t.columns
-            ),
+            columns,
+            override_identity=any(c.identity == Identity.ALWAYS for c in t.columns),
         ),
     )
 
 
+#: a partition that receives at most this many rows is loaded in place (a replace empties it
+#: first, in the same transaction) rather than built beside it and swapped in: at this size
+#: the swap's fixed costs (indexes, constraints, ANALYZE of a new table, DETACH and ATTACH,
+#: which take ACCESS EXCLUSIVE on the parent) outweigh inserting the rows with their index
+#: entries and foreign-key checks; and no reader of another partition waits at all
+IN_PLACE_ROWS = 10_000
+
+
+def _qualified(leaf: LeafPartition) -> tuple[str, str]:
+    return leaf.definition.schema, leaf.definition.table
+
+
 def _to_swap(conn: Any, plan: LoadPlan, loaded: list[int]) -> list[int]:
-    """The loaded leaves to build and swap in: all of them for a replace; for an append, the
-    empty ones, when the role owns the target and nothing stands in the way of a swap."""
+    """The loaded leaves to build and swap in: for a replace, those not loaded in place (more
+    than :data:`IN_PLACE_ROWS` rows, or a trigger that an INSERT would fire and a swap does
+    not: decided by :func:`route`); for an append, of those, the empty ones, when the role
+    owns the target and nothing stands in the way of a swap."""
+    parts = _parts(plan)
+    loaded = [n for n in loaded if not parts.leaves[n].in_place]
     if plan.mode != "append":
         return loaded
-    parts = _parts(plan)
     owner = execute(conn, sql.loader_privileges(plan.target.oid))[0][0]
     if not owner or parts.unsupported or plan.target.referencing_keys:
         log.info(

@@ -212,7 +212,8 @@ def owned_sequences(oid: int) -> Composed:
         " JOIN pg_namespace n ON n.oid = s.relnamespace"
         " JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid"
         " WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass"
-        " AND d.refobjid = {} AND d.deptype IN ('a', 'i') ORDER BY a.attnum"
+        " AND d.refobjid = {} AND d.refobjsubid > 0"  # (not the partitions' rows: 0)
+        " AND d.deptype IN ('a', 'i') ORDER BY a.attnum"
     ).format(Literal(oid))
 
 
@@ -246,6 +247,8 @@ def unsupported_dependents(oid: int) -> Composed:
         " AND d.deptype IN ('n', 'a')"
         " AND d.classid NOT IN ('pg_constraint'::regclass, 'pg_trigger'::regclass,"
         "   'pg_attrdef'::regclass, 'pg_type'::regclass)"
+        # a relation's automatic dependents: its indexes, owned sequences and partitions
+        " AND NOT (d.classid = 'pg_class'::regclass AND d.deptype = 'a')"
         " AND NOT (d.classid = 'pg_class'::regclass"
         "   AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('i', 'S', 't'))"
         " AND NOT (d.classid = 'pg_rewrite'::regclass AND EXISTS ("
@@ -1490,6 +1493,20 @@ def partition_of(schema: str, name: str) -> Composed:
         "SELECT pn.nspname, p.relname FROM pg_inherits i JOIN pg_class p ON p.oid = i.inhparent"
         " JOIN pg_namespace pn ON pn.oid = p.relnamespace WHERE i.inhrelid = {}::regclass"
     ).format(Literal(Identifier(schema, name).as_string()))
+
+
+def more_rows_than(schema: str, table: str, limit: int) -> Composed:
+    """Whether a table holds more than ``limit`` rows (reads at most ``limit + 1``)."""
+    return SQL("SELECT count(*) > {0} FROM (SELECT FROM {1} LIMIT {0} + 1) AS r").format(
+        Literal(limit), _table(schema, table)
+    )
+
+
+def has_user_triggers(schema: str, table: str) -> Composed:
+    """Whether a table has a trigger of a user (not one of a constraint)."""
+    return SQL(
+        "SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = {}::regclass AND NOT tgisinternal)"
+    ).format(Literal(Identifier(schema, table).as_string()))
 
 
 def has_rows(schema: str, table: str) -> Composed:
