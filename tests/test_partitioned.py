@@ -665,3 +665,50 @@ def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_un
     assert "_pgbulk_" not in message, message
     assert _snapshot(db) == before
     assert leftovers(db) == []
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("way", ["in_place", "swap"])
+def test_overlapping_loads_into_disjoint_partitions_all_succeed(
+    db, pg_dsn, tmp_path, monkeypatch, way, order
+):
+    """Three replace_partitions loads (three runs of a daily DAG, say), each of its own
+    partition, all prepared and COPYed before the first finalize: each finalizes, in either
+    order (a swap gives a partition a new oid, which no other load compares), and each
+    partition holds exactly its load's rows; the partition no load touches is as it was."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+    setup_target(db, "range")
+    untouched = (filenodes(db)["readings_p0"], catalog_snapshot(db, "readings_p0"))
+    p0_rows = db.checksum("readings_p0", ", ".join(COLUMNS))
+    conn = connect_driver(pg_dsn)
+    sent: dict[int, list[tuple[Any, ...]]] = {}
+    plans = []
+    for n in (1, 2, 3):  # partition n holds month n + 1 of 2024
+        sent[n] = [row for row in (_row(i, bump=n) for i in range(1, 401)) if row[1].month == n + 1]
+        path = write_csv(tmp_path / f"p{n}.csv", sent[n])
+        request = LoadRequest(
+            mode="replace_partitions", table=db.table("readings"), source=(str(path),)
+        )
+        plan = steps.prepare(conn, request, f"{n:012x}")
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        plans.append(plan)
+
+    for plan in plans if order == "forward" else plans[::-1]:
+        summary = steps.finalize(conn, plan)
+        assert summary.rows == len(sent[int(plan.load_id, 16)])
+    for plan in plans:
+        steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+
+    for n, rows in sent.items():
+        got = db.run(
+            psql.SQL("SELECT id, day, region, site, value::text, note FROM {} ORDER BY id").format(
+                db.ident(f"readings_p{n}")
+            )
+        )
+        assert got == sorted(rows), f"readings_p{n}"
+    assert (filenodes(db)["readings_p0"], catalog_snapshot(db, "readings_p0")) == untouched
+    assert db.checksum("readings_p0", ", ".join(COLUMNS)) == p0_rows
+    assert leftovers(db) == []
