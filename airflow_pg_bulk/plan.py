@@ -329,12 +329,17 @@ class LeafPartition(PlainData):
     :param constraint: its partition constraint (``pg_get_partition_constraintdef``): the
         CHECK that lets ATTACH PARTITION skip its scan; None for a lone DEFAULT partition.
     :param definition: the partition's own definition (indexes, constraints, grants, owner,
-        comments), what a table swapped in for it is built with.
+        comments), what a table swapped in for it is built with (with ``in_place``: its
+        schema and name only).
+    :param in_place: a load's rows go into the partition in place rather than by a table
+        built beside it and swapped in (few rows: see
+        :data:`airflow_pg_bulk.partitioned.IN_PLACE_ROWS`).
     """
 
     bound: str
     constraint: str | None
     definition: TargetDefinition
+    in_place: bool = False
 
 
 @dataclass(frozen=True)

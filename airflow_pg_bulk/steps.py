@@ -414,7 +414,8 @@ def cleanup(
 ) -> list[str]:
     """Drop every table this load created (staging, ledger); never the target. Idempotent.
 
-    Each table is dropped in its own transaction under ``lock_timeout``; a drop that meets it
+    The tables are dropped in one transaction under ``lock_timeout``; when that meets it, each
+    in its own transaction; a drop that meets it
     (another session still holds a lock on the table: a killed task's backend that has not
     ended yet, a report reading staging) is tried again after ``backoff`` seconds, doubled
     each time, ``attempts`` times in all. Then :class:`TransientLoadError` names the tables
@@ -453,13 +454,27 @@ def cleanup(
 def _drop_each(
     conn: Any, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
 ) -> list[str]:
-    """Drop the run's tables one transaction each, appending to ``dropped``; return those a
-    lock timeout left."""
+    """Drop the run's tables, appending to ``dropped``; return those a lock timeout left.
+    All in one transaction (one commit whatever their number); when that meets
+    ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
     left = []
     names = [
         row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
     ]
     conn.commit()
+    if not names:
+        return left
+    try:
+        execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
+        execute(conn, sql.drop_tables(schema, names))
+        conn.commit()
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+            raise
+        rollback_quietly(conn)
+    else:
+        dropped.extend(names)
+        return left
     for name in names:
         try:
             execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
