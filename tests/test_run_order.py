@@ -28,6 +28,7 @@ from helpers import leftovers, write_csv
 from psycopg import sql as psql
 
 from airflow_pg_bulk import naming, sql, steps
+from airflow_pg_bulk.demo.connection import airflow_connection_json
 from airflow_pg_bulk.driver import connect as open_connection
 from airflow_pg_bulk.errors import AlreadyLoadedError, OlderRunError
 from airflow_pg_bulk.operators.pg_bulk import run_order
@@ -476,3 +477,67 @@ def test_allow_older_run_that_is_no_boolean_is_refused():
     )
     with pytest.raises(TypeError, match="allow_older_run must be true or false"):
         operator.build_request()
+
+
+# --- under Airflow: dag.test() ---------------------------------------------------------------
+
+
+@pytest.mark.dag_run
+def test_runs_under_airflow_are_ordered_by_their_data_interval(
+    airflow_db, monkeypatch, db, tmp_path
+):
+    """``tests/dags_dynamic/run_order.py`` (a data-interval timetable, one day) under
+    ``dag.test()``: a run triggered at 10:00 without a logical date (Airflow 3 gives it no data
+    interval: it counts as the instant 10:00); a run with logical date 00:00 of the same day
+    (``dag.test`` infers its data interval as a manual run's: the day before, ending at
+    00:00) is older and refused, terminally, in prepare; the run whose interval is the day of
+    the manual run (logical date the next day) replaces; an older run with
+    ``allow_older_run`` from its params replaces too. (The scheduler's own intervals, where a
+    run's logical date 00:00 starts its interval, are in
+    test_a_manual_run_does_not_block_the_next_scheduled_run.)"""
+    from airflow.dag_processing.dagbag import DagBag
+
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE", airflow_connection_json(db.dsn))
+    bag = DagBag(dag_folder=str(Path(__file__).resolve().parent / "dags_dynamic"))
+    dag = bag.get_dag("pg_bulk_run_order")
+    db.run(psql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v int)").format(db.ident("items")))
+
+    def run(name: str, value: int, logical_date: Any, run_after: Any, **params: Any) -> Any:
+        path = write_csv(tmp_path / f"{name}.csv", [(i, value) for i in range(1, 21)])
+        conf = {"table": db.table("items"), "source": str(path), **params}
+        result = dag.test(logical_date=logical_date, run_after=run_after, run_conf=conf)
+        states = {ti.task_id: ti.state for ti in result.get_task_instances()}
+        tries = {ti.task_id: ti.try_number for ti in result.get_task_instances()}
+        return result.state, states, tries
+
+    def values() -> set[int]:
+        return {
+            r[0] for r in db.run(psql.SQL("SELECT DISTINCT v FROM {}").format(db.ident("items")))
+        }
+
+    ten = pendulum.datetime(2026, 11, 2, 10, tz="UTC")
+    assert run("manual", 1, None, ten)[0] == "success"
+    assert values() == {1}
+    midnight = pendulum.datetime(2026, 11, 2, tz="UTC")
+    state, states, tries = run("same_day", 2, midnight, midnight)
+    assert state == "failed" and states["load.prepare"] == "failed", states
+    assert tries["load.prepare"] == 1, tries  # terminal: its 2 retries were not used
+    assert states["load.cleanup"] == "success", states
+    assert values() == {1}
+    nextday = pendulum.datetime(2026, 11, 3, tz="UTC")
+    assert run("next", 3, nextday, nextday)[0] == "success"  # its interval: 11-02 to 11-03
+    assert values() == {3}
+    old = pendulum.datetime(2026, 10, 1, tz="UTC")
+    assert run("past", 4, old, old, allow_older_run=True)[0] == "success"
+    assert values() == {4}
+    recorded = db.run(
+        psql.SQL("SELECT scope, interval_start, interval_end FROM {} ORDER BY finalized_at").format(
+            db.ident(LOAD_HISTORY_TABLE)
+        )
+    )
+    day = datetime.timedelta(days=1)
+    assert recorded == [
+        ("pg_bulk_run_order.load.prepare", ten, ten),
+        ("pg_bulk_run_order.load.prepare", midnight, midnight + day),
+        ("pg_bulk_run_order.load.prepare", old - day, old),
+    ]
