@@ -307,24 +307,29 @@ def delete_copy(
 
 class Reader:
     """Reads one row of another partition than the loaded one every ``pause`` seconds on a
-    session of its own while a method runs; ``worst``: the longest read (seconds)."""
+    session of its own while a method runs; ``worst``: the longest read (seconds, as the
+    server saw it)."""
 
     def __init__(self, dsn: str, n: int, pause: float = 0.01) -> None:
-        self._query = sql.SQL("SELECT reading FROM {} WHERE meter_id = 5 AND date = {}").format(
-            sql.Identifier(SCHEMA, TABLE), sql.Literal(_month(n)[0])
-        )
+        self._query = sql.SQL(
+            "SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()), reading"
+            " FROM {} WHERE meter_id = 5 AND date = {}"
+        ).format(sql.Identifier(SCHEMA, TABLE), sql.Literal(_month(n)[0]))
         self._dsn, self._pause = dsn, pause
         self._stop = threading.Event()
         self.waits: list[float] = []
         self._thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
-        with psycopg.connect(self._dsn, autocommit=True) as conn:
+        # each wait as the server saw it, from the statement's arrival (simple query protocol)
+        # to its row: its lock waits included, this process's own delays (the GIL it shares
+        # with the load) not
+        with psycopg.connect(
+            self._dsn, autocommit=True, cursor_factory=psycopg.ClientCursor
+        ) as conn:
             conn.execute(self._query)  # (the session's first read builds its caches)
             while not self._stop.is_set():
-                started = time.perf_counter()
-                conn.execute(self._query).fetchall()
-                self.waits.append(time.perf_counter() - started)
+                self.waits.append(float(conn.execute(self._query).fetchone()[0]))
                 time.sleep(self._pause)
 
     def __enter__(self) -> Reader:
@@ -351,6 +356,51 @@ def _phases(summary: LoadSummary) -> dict[str, float]:
     return {k: round(v, 3) for k, v in summary.seconds.items()}
 
 
+def _run_method(
+    args: argparse.Namespace,
+    name: str,
+    months: list[int],
+    files: list[Path],
+    one_month: bool,
+    leaves: int,
+    pinning: Pinning,
+) -> dict:
+    """One timed run of method ``name`` on a fresh clone of the base; its figures."""
+    dsn = clone(args.conn, BASE, f"part_{name}")
+    _checkpoint(dsn)
+    method = {
+        "floor": floor,
+        "copy_parent": copy_parent,
+        "project": project,
+        "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
+        "delete_copy": lambda dsn, files, p: delete_copy(dsn, files, p, months),
+    }[name]
+    reader = Reader(dsn, leaves // 2) if one_month and name != "floor" else None
+    pinning.narrow()
+    try:
+        if reader is None:
+            seconds, out = _timed(lambda: method(dsn, files, args.partitions))
+        else:
+            with reader:
+                seconds, out = _timed(lambda: method(dsn, files, args.partitions))
+    finally:
+        pinning.widen()
+    count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
+    result: dict = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
+    if reader is not None:
+        result["reader_worst_ms"] = round(reader.worst * 1000, 1)
+        result["reads"] = len(reader.waits)
+    if one_month and name != "floor":  # the period re-sent: the floor table's rows?
+        result["month"] = list(result_of(dsn, _partition(months[0])))
+    if name == "project":
+        result["phases"] = _phases(out)
+    log.info("%s: %.3f s, %d rows", name, seconds, count)
+    _admin(
+        args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(f"part_{name}"))
+    )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run each method of ``--scenario`` against ``--conn``; exit 1 when their results differ
     or a count is not the one expected."""
@@ -366,6 +416,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--partitions", type=int, default=2, help="the project's COPY partitions")
     p.add_argument("--methods", default=None, help="default: all of the scenario's")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="runs of each method (in turn); the median is shown"
+    )
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
     p.add_argument(
@@ -398,41 +451,17 @@ def main(argv: list[str] | None = None) -> int:
     files = write_files(args.conn, workdir, args.meters, months)
     with psycopg.connect(args.conn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
+    runs: dict[str, list[dict]] = {name: [] for name in wanted}
+    for _round in range(args.repeat):  # the methods in turn, each on a fresh clone
+        for name in wanted:
+            runs[name].append(_run_method(args, name, months, files, one_month, leaves, pinning))
     results: dict[str, dict] = {}
-    for name in wanted:
-        dsn = clone(args.conn, BASE, f"part_{name}")
-        _checkpoint(dsn)
-        method = {
-            "floor": floor,
-            "copy_parent": copy_parent,
-            "project": project,
-            "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
-            "delete_copy": lambda dsn, files, p: delete_copy(dsn, files, p, months),
-        }[name]
-        reader = Reader(dsn, leaves // 2) if one_month and name != "floor" else None
-        pinning.narrow()
-        try:
-            if reader is None:
-                seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
-            else:
-                with reader:
-                    seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
-        finally:
-            pinning.widen()
-        count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
-        results[name] = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
-        if reader is not None:
-            results[name]["reader_worst_ms"] = round(reader.worst * 1000, 1)
-            results[name]["reads"] = len(reader.waits)
-        if one_month and name != "floor":  # the period re-sent: the floor table's rows?
-            results[name]["month"] = list(result_of(dsn, _partition(reloaded)))
-        if name == "project":
-            results[name]["phases"] = _phases(out)
-        log.info("%s: %.2f s, %d rows", name, seconds, count)
-        _admin(
-            args.conn,
-            sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(f"part_{name}")),
-        )
+    for name, done in runs.items():  # the median run, with every run's seconds
+        ordered = sorted(done, key=lambda r: r["seconds"])
+        results[name] = dict(ordered[(len(ordered) - 1) // 2])
+        results[name]["runs"] = [r["seconds"] for r in done]
+        if "reader_worst_ms" in ordered[0]:
+            results[name]["reader_worst_ms"] = max(r["reader_worst_ms"] for r in done)
     _admin(args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(BASE)))
     if "project" in results:
         for other in ("floor", "copy_parent", "by_hand", "delete_copy"):
@@ -458,7 +487,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"nproc {os.cpu_count()}, {platform.machine()}, load average"
         f" {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end",
         "server": f"PostgreSQL {version}",
-        "run took": f"{time.perf_counter() - started:.0f} s; one run per method",
+        "run took": f"{time.perf_counter() - started:.0f} s; {args.repeat} run(s) of each method,"
+        " in turn; the median shown",
     }
     if one_month:
         grain = "day" if _DAILY["on"] else "month"
@@ -470,13 +500,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"A year ({expected:,} rows) into 12 monthly partitions, PK (id, date) + FK")
     for key, value in header.items():
         print(f"  {key}: {value}")
-    print("| method | seconds | rows | same result | reader's worst wait (ms) |")
-    print("|---|---|---|---|---|")
+    print("| method | seconds (median) | runs | rows | same result | reader's worst wait (ms) |")
+    print("|---|---|---|---|---|---|")
     for name, r in results.items():
         worst = r.get("reader_worst_ms", "")
+        every = ", ".join(f"{x:.3f}" for x in r["runs"])
         print(
-            f"| `{name}` | {r['seconds']:.3f} | {r['rows']:,} | {'yes' if same else 'NO'}"
-            f" | {worst} |"
+            f"| `{name}` | {r['seconds']:.3f} | {every} | {r['rows']:,}"
+            f" | {'yes' if same else 'NO'} | {worst} |"
         )
     ours = results.get("project", {})
     for key, value in ours.items():
