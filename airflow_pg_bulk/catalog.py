@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_pg_bulk import sql
@@ -53,9 +54,10 @@ def split_name(name: str) -> tuple[str, str]:
 def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -> TargetDefinition:
     """Read the target's definition in the current transaction (search_path pinned).
 
-    A partitioned target (one level of declarative partitioning) is captured with each leaf
-    partition's own definition (see :func:`capture_partitioning`); ``as_partition``: the
-    table is such a leaf, captured as a part of its parent's definition."""
+    A partitioned target (one level of declarative partitioning) is captured with its key
+    only (see :func:`capture_partitioning`: the cost does not grow with its number of
+    partitions); ``as_partition``: the table is a leaf partition, captured as a part of its
+    parent's definition (:func:`capture_leaves`)."""
     execute(conn, sql.pin_search_path())
     rows = execute(conn, sql.find_table(schema, table))
     if not rows:
@@ -173,28 +175,60 @@ def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -
 def capture_partitioning(
     conn: Any, oid: int, schema: str, table: str, triggers: tuple[TriggerDef, ...]
 ) -> Partitioning:
-    """The key and leaf partitions of a partitioned target, each leaf's own definition, and
-    what a partition-wise load cannot carry over. Refuses a sub-partitioned (multi-level)
-    target and a foreign-table partition."""
+    """The key of a partitioned target; its leaves are not captured here (a load captures the
+    partitions its rows go to, when it knows them: :func:`capture_leaves`), but a
+    sub-partitioned (multi-level) target and a foreign-table partition are refused, in one
+    catalog query whatever the number of partitions."""
     key = scalar(conn, sql.partition_key(oid))
-    leaves = []
-    problems = []
-    inherited_triggers = {trigger.name for trigger in triggers}
-    for leaf_schema, name, relkind, bound, constraint in execute(conn, sql.leaf_partitions(oid)):
+    odd = execute(conn, sql.unsupported_partition(oid))
+    if odd:
+        leaf_schema, name, relkind = odd[0]
         if relkind == RelKind.PARTITIONED:
             raise LoadRefusedError(
                 f"target {schema}.{table} is partitioned on more than one level (its partition "
                 f"{leaf_schema}.{name} is partitioned too); multi-level partitioning is not "
                 "supported: load each sub-partitioned partition as its own target"
             )
+        raise LoadRefusedError(
+            f"partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
+            "(a foreign table?); only plain-table partitions are supported"
+        )
+    return Partitioning(key, ())
+
+
+def capture_leaves(
+    conn: Any, target: TargetDefinition, names: list[tuple[str, str]] | None
+) -> Partitioning:
+    """The target's partitioning with the leaves ``names`` ((schema, name) pairs; None: all of
+    them) captured in full (each one's own definition), and what a partition-wise load
+    cannot carry over for them, in words. A name that is no longer a partition of the target
+    is left out."""
+    parts = target.partitioning
+    if parts is None:
+        raise ValueError(f"{target.qualified} is not partitioned")
+    leaves = []
+    for leaf_schema, name, relkind, bound, constraint in execute(
+        conn, sql.leaf_partitions(target.oid, names)
+    ):
         if relkind != RelKind.TABLE:
             raise LoadRefusedError(
-                f"partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
-                "(a foreign table?); only plain-table partitions are supported"
+                f"partition {leaf_schema}.{name} of {target.qualified} is not a plain table; "
+                "only plain-table partitions of one level are supported"
             )
         leaf = capture(conn, leaf_schema, name, as_partition=True)
-        where = f"its partition {leaf_schema}.{name}"
-        if leaf_schema != schema:
+        leaves.append(LeafPartition(bound, constraint, leaf))
+    execute(conn, sql.pin_search_path())  # (capture of each leaf pinned it too)
+    return Partitioning(parts.key, tuple(leaves), leaf_problems(target, leaves))
+
+
+def leaf_problems(target: TargetDefinition, leaves: Sequence[LeafPartition]) -> tuple[str, ...]:
+    """What a partition-wise load cannot carry over for these partitions of ``target``."""
+    problems = []
+    inherited_triggers = {trigger.name for trigger in target.triggers}
+    for partition in leaves:
+        leaf = partition.definition
+        where = f"its partition {leaf.qualified}"
+        if leaf.schema != target.schema:
             problems.append(f"{where} is in another schema")
         problems.extend(f"{where}: {problem}" for problem in leaf.unsupported)
         problems.extend(f"view {view} reads {where}" for view in leaf.dependent_views)
@@ -205,9 +239,54 @@ def capture_partitioning(
         )
         if leaf.referencing_keys:
             problems.append(f"foreign keys reference {where}")
-        leaves.append(LeafPartition(bound, constraint, leaf))
-    execute(conn, sql.pin_search_path())  # (capture of each leaf pinned it too)
-    return Partitioning(key, tuple(leaves), tuple(problems))
+    return tuple(problems)
+
+
+#: at most this many distinct partition-key values are routed by the planner's partition
+#: pruning (:func:`partitions_of_rows`); with more, every partition is a candidate
+MAX_ROUTED_KEYS = 1000
+
+
+def partitions_of_rows(
+    conn: Any, target: TargetDefinition, staging: str, staged: Sequence[str]
+) -> list[tuple[str, str]] | None:
+    """The partitions of ``target`` that the rows of the table ``staging`` (in the target's
+    schema, with the columns ``staged``) go to, as (schema, name), found without reading
+    the catalog of every partition: the distinct values of the partition key in staging,
+    and the partitions the planner's partition pruning keeps for a query on the target for
+    exactly those values (EXPLAIN: nothing is read from the target, and only those
+    partitions are opened). A value that no partition takes prunes every one: such a row
+    is found when the rows are routed or checked against the partitions' bounds.
+
+    None: every partition is a candidate (the key has an expression or a column that is
+    not staged, or the rows have more than :data:`MAX_ROUTED_KEYS` distinct key values)."""
+    key = execute(conn, sql.partition_key_columns(target.oid))
+    names = [name for name, _type in key]
+    if not key or any(name is None or name not in staged for name in names):
+        return None
+    values = execute(conn, sql.distinct_keys(target.schema, staging, names, MAX_ROUTED_KEYS + 1))
+    if len(values) > MAX_ROUTED_KEYS:
+        return None
+    if not values:
+        return []
+    execute(conn, sql.set_config("enable_partition_pruning", "on", local=True))
+    found = scalar(conn, sql.partitions_for_keys(target.schema, target.table, key, values))
+    return sorted(_scanned(json.loads(found) if isinstance(found, str) else found))
+
+
+def _scanned(node: Any) -> set[tuple[str, str]]:
+    """Every (schema, relation) an EXPLAIN (FORMAT JSON, VERBOSE) plan scans."""
+    found: set[tuple[str, str]] = set()
+    if isinstance(node, list):
+        for item in node:
+            found |= _scanned(item)
+    elif isinstance(node, dict):
+        if "Relation Name" in node:
+            found.add((node["Schema"], node["Relation Name"]))
+        for value in node.values():
+            if isinstance(value, (list, dict)):
+                found |= _scanned(value)
+    return found
 
 
 def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) -> None:

@@ -30,6 +30,11 @@ class LoadRefusedError(PgBulkError):
     """The load cannot be done safely as asked; nothing was changed. Retrying will not help."""
 
 
+class OlderRunError(LoadRefusedError):
+    """A load of a later run of the same DAG task replaced the same rows of the target: this
+    older run would put older data over newer (see ``allow_older_run``). Nothing was changed."""
+
+
 class AlreadyLoadedError(LoadRefusedError):
     """This run's append was finalized before: loading it again would add its rows twice.
 

@@ -57,6 +57,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
     clock = PhaseClock()
     t = plan.target
     locked = False
+    described = plan  # errors are told with its names (a partitioned load's, once routed)
     merged: tuple[int, int] | None = None  # upsert: rows inserted, updated
     try:
         with clock.phase("check"):
@@ -77,12 +78,14 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
                 t.qualified,
             )
         elif partitioned.partitioned_staging(plan):
-            if sessions is not None:  # the partitions to swap, built side by side first
+            described = routed = partitioned.route(conn, plan, clock, rows)
+            if sessions is not None and partitioned.built_beside(routed) > 1:
+                # the partitions to swap, built side by side first
                 with clock.phase("build_partitions"):
                     partitioned.build_in_parallel(
-                        sessions.open, plan, partitioned.side_by_side(plan)
+                        sessions.open, routed, partitioned.side_by_side(routed)
                     )
-            partitioned.finalize_partitioned(conn, plan, clock, rows, nbytes, rejected)
+            partitioned.finalize_partitioned(conn, routed, clock, rows, nbytes, rejected)
         elif plan.mode == "replace":
             _finalize_replace(conn, plan, clock, rows, nbytes, rejected, sessions)
         elif plan.rebuilds:
@@ -91,12 +94,14 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
             merged = upsert.finalize_upsert(conn, plan, clock, rows, nbytes, rejected)
         else:
             _finalize_append(conn, plan, clock, rows, nbytes, rejected)
+        if not finalized:  # after the commit, off the critical path; never fails the load
+            history.trim(conn, plan)
     except BaseException as exc:
         rollback_quietly(conn)
-        error = translate.finalize_error(exc, plan)
+        error = translate.finalize_error(exc, described)
         if isinstance(error, ConstraintViolationError):  # find the row: re-read the source
-            found = offenders.locate(conn, plan, server_error(exc))
-            error = translate.finalize_error(exc, plan, found)
+            found = offenders.locate(conn, described, server_error(exc))
+            error = translate.finalize_error(exc, described, found)
         raise error from exc
     finally:
         if locked:
@@ -189,7 +194,8 @@ def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int, bool]:
             f"{plan.errors.max_rejects}; nothing of this load reached {t.qualified}. "
             f"See {'.'.join(plan.reject_table or ())} for load {plan.load_id}"
         )
-    if not plan.staging_logged and rows:
+    if not plan.staging_logged and rows and not partitioned.partitioned_staging(plan):
+        # (a partitioned target's staging is checked as its rows are routed: see partitioned)
         size = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
         if not size:
             raise IncompleteLoadError(

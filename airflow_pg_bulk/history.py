@@ -1,18 +1,32 @@
 """The load history: one row per finalized load in ``pgbulk_loads`` (in the target's schema).
 
 Written in the transaction that makes a load visible, and kept after cleanup, it is what lets
-a cleared, finished append refuse to append its rows twice, and a replace refuse to overwrite
-the rows of a load with a later logical date. See README, "Retries, clearing tasks".
+a cleared, finished append refuse to append its rows twice, and what orders the runs that
+touch the same rows: a load never replaces rows that a load of a *later* run of the same DAG
+task put there (the ordering rule, :func:`refuse_overwriting_newer`). See docs/design.md,
+"Runs that overlap", and README, "Retries, clearing tasks".
+
+It stays small and off the critical path: an index on (target, scope, data interval) makes
+the ordering check under the swap's lock an index range scan over the later loads only (none,
+in the usual case), and after each finalize the loads of the target beyond ``history_keep``
+are deleted (:func:`trim`), in a transaction of their own, after the swap's commit.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_pg_bulk import catalog, sql
-from airflow_pg_bulk.driver import execute, scalar
-from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError
+from airflow_pg_bulk.driver import execute, is_database_error, rollback_quietly, scalar
+from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError, OlderRunError
 from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan
+
+log = logging.getLogger(__name__)
+
+#: the index the ordering check and the trimming read (see :func:`ensure`)
+HISTORY_INDEX = f"{LOAD_HISTORY_TABLE}_order"
 
 
 def refuse_appending_twice(conn: Any, schema: str, load_id: str, target: str) -> None:
@@ -41,17 +55,71 @@ def refuse_without_access(conn: Any, schema: str) -> None:
         name = sql.qualified(*table).as_string()
         raise LoadRefusedError(
             f"this role cannot write the load history {name} (another role made it): "
-            f"GRANT SELECT, INSERT, UPDATE ON {name} TO the loading role"
+            f"GRANT SELECT, INSERT, UPDATE, DELETE ON {name} TO the loading role"
         )
 
 
-def record_finalized(conn: Any, plan: LoadPlan, rows: int, nbytes: int, rejected: int) -> None:
+def ensure(conn: Any, table: tuple[str, str]) -> None:
+    """The load history with the ordering rule's columns and index: created if missing, and
+    a history made by an earlier version upgraded (columns added, index built: once, under
+    the creation lock, in the caller's transaction). A role that may not alter another
+    role's history gets a refusal naming the statements its owner must run."""
+    catalog.create_if_missing(conn, table, sql.create_load_history)
+    missing = execute(conn, sql.missing_columns(*table, sql.LOAD_HISTORY_ORDER_COLUMNS))
+    index = scalar(conn, sql.relation_exists(table[0], HISTORY_INDEX))
+    if not missing and index:
+        return
+    execute(conn, sql.creation_lock(*table))
+    execute(conn, sql.savepoint("pgbulk_history"))
+    try:
+        if missing:
+            execute(conn, sql.upgrade_load_history(*table))
+        execute(conn, sql.create_load_history_index(*table, HISTORY_INDEX))
+    except Exception as exc:
+        if not is_database_error(exc):
+            raise
+        execute(conn, sql.rollback_to("pgbulk_history"))
+        name = sql.qualified(*table).as_string()
+        statements = "; ".join(
+            s.as_string()
+            for s in (
+                sql.upgrade_load_history(*table),
+                sql.create_load_history_index(*table, HISTORY_INDEX),
+            )
+        )
+        if missing:
+            raise LoadRefusedError(
+                f"the load history {name} was made by an earlier version and this role cannot "
+                f"upgrade it ({exc}); its owner must run: {statements}"
+            ) from exc
+        log.warning(
+            "the load history %s has no index %s and this role cannot build it (%s): the "
+            "ordering check reads the whole history; its owner should run: %s",
+            name,
+            HISTORY_INDEX,
+            exc,
+            statements,
+        )
+    execute(conn, sql.release("pgbulk_history"))
+
+
+def record_finalized(
+    conn: Any,
+    plan: LoadPlan,
+    rows: int,
+    nbytes: int,
+    rejected: int,
+    parts: Sequence[str] | None = None,
+) -> None:
     """In the transaction that makes the load visible: note it in the ledger (a retried
-    finalize then does nothing) and in the load history (kept after cleanup)."""
+    finalize then does nothing) and in the load history (kept after cleanup), with its run,
+    data interval and, for ``replace_partitions``, the partitions it swapped (``parts``)."""
     t = plan.target
     execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
     table = plan.history_table
-    catalog.create_if_missing(conn, table, sql.create_load_history)  # (dropped since prepare?)
+    if not scalar(conn, sql.relation_exists(*table)):  # (dropped since prepare?)
+        ensure(conn, table)
+    run = plan.run
     execute(
         conn,
         sql.record_load(
@@ -62,17 +130,28 @@ def record_finalized(conn: Any, plan: LoadPlan, rows: int, nbytes: int, rejected
             logical_date=plan.logical_date,
             rows=rows,
             rejects=rejected,
+            scope=run.scope if run else None,
+            run_id=run.run_id if run else None,
+            interval=run.interval if run else None,
+            parts=parts,
         ),
     )
 
 
-def refuse_overwriting_newer(conn: Any, plan: LoadPlan) -> None:
-    """A replace must not overwrite the rows of a load whose logical date is later (two runs
-    of one DAG at once, or a late retry of an old run): refuse, naming that load. (An append
-    or upsert rebuilt by the same swap keeps every row of the target: nothing to refuse.)"""
-    table = plan.history_table
-    if plan.mode != "replace" or plan.logical_date is None:
+def refuse_overwriting_newer(conn: Any, plan: LoadPlan, parts: Sequence[str] | None = None) -> None:
+    """The ordering rule: a replace, replace_partitions or upsert must not replace rows that
+    a load of a later run of the same DAG task put in the target (two runs at once, a
+    backfill, a late retry of an old run). Refuse with :class:`OlderRunError`, naming that
+    load, unless ``allow_older_run``.
+
+    ``parts``: the partitions a ``replace_partitions`` swaps (only a later load that replaced
+    the whole target or one of them counts); None: the whole target. Called early (before the
+    work) and again under the target's lock, where an index range scan of the later loads is
+    all it costs. Loads without a run (outside Airflow) are not ordered."""
+    run = plan.run
+    if plan.mode not in sql.ORDERED_MODES or run is None:
         return
+    table = plan.history_table
     if not scalar(conn, sql.relation_exists(*table)):
         return
     newer = execute(
@@ -80,15 +159,71 @@ def refuse_overwriting_newer(conn: Any, plan: LoadPlan) -> None:
         sql.newer_load(
             *table,
             target=plan.target.qualified,
-            logical_date=plan.logical_date,
+            scope=run.scope,
+            interval=run.interval,
             load_id=plan.load_id,
+            parts=parts,
         ),
     )
-    if newer:
-        load_id, mode, logical_date, finalized_at = newer[0]
-        raise LoadRefusedError(
-            f"{plan.target.qualified} holds the rows of a later run: load {load_id} ({mode}, "
-            f"logical date {logical_date}) was finalized at {finalized_at}; this load "
-            f"(logical date {plan.logical_date}) would replace them with older data, so "
-            "nothing was swapped. Run the DAG with max_active_runs=1 to keep its runs in order"
+    if not newer:
+        return
+    load_id, run_id, mode, start, end, finalized_at, their_parts = newer[0]
+    what = plan.target.qualified
+    if parts is not None and their_parts:
+        shared = sorted(set(their_parts) & set(parts))
+        what = f"partition{'s' if len(shared) > 1 else ''} {', '.join(shared)} of {what}"
+    if plan.settings.allow_older_run:
+        log.warning(
+            "Load %s (run %s, data interval %s to %s) replaces rows of %s that the later run "
+            "%s (data interval %s to %s, load %s) loaded: allow_older_run is set",
+            plan.load_id,
+            run.run_id,
+            run.interval_start,
+            run.interval_end,
+            what,
+            run_id,
+            start,
+            end,
+            load_id,
         )
+        return
+    raise OlderRunError(
+        f"{what} holds rows of a later run: load {load_id} ({mode}) of run {run_id} of "
+        f"{run.scope}, data interval {start} to {end}, finalized at {finalized_at}. This run "
+        f"({run.run_id}, data interval {run.interval_start} to {run.interval_end}) is older "
+        f"and would replace them with older data, so nothing was changed. To reload the past "
+        "on purpose, run it again with allow_older_run=True"
+    )
+
+
+def trim(conn: Any, plan: LoadPlan) -> int:
+    """After the load's commit, in a transaction of its own: delete the loads into the target
+    beyond the ``history_keep`` last finalized, except the newest (by data interval) of each
+    DAG task and partition. Never fails the load (logged); returns the rows deleted."""
+    table = plan.history_table
+    try:
+        deleted = scalar(
+            conn,
+            sql.trim_load_history(
+                *table, target=plan.target.qualified, keep=plan.settings.history_keep
+            ),
+        )
+        conn.commit()
+    except Exception:
+        rollback_quietly(conn)
+        log.warning(
+            "Load %s: could not trim the load history %s.%s (needs DELETE on it)",
+            plan.load_id,
+            *table,
+            exc_info=True,
+        )
+        return 0
+    if deleted:
+        log.info(
+            "Load %s: %d older loads of %s deleted from the load history (history_keep=%d)",
+            plan.load_id,
+            deleted,
+            plan.target.qualified,
+            plan.settings.history_keep,
+        )
+    return int(deleted or 0)

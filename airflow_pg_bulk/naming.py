@@ -127,6 +127,29 @@ def staging_partition(load_id: str, number: int) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_p{number}"
 
 
+def staging_partitions_pattern(load_id: str) -> str:
+    """A LIKE pattern matching this load's :func:`staging_partition` tables."""
+    return f"\\_pgbulk\\_{check_load_id(load_id)}\\_p%"
+
+
+def router_table(load_id: str) -> str:
+    """The partitioned table finalize routes staged rows through when they go to several
+    partitions of the target: one partition for each of those, nothing else."""
+    return f"{PREFIX}{check_load_id(load_id)}_route"
+
+
+def router_partition(load_id: str, number: int) -> str:
+    """A partition of :func:`router_table`, named :func:`staging_partition` once it is known
+    to hold rows."""
+    return f"{PREFIX}{check_load_id(load_id)}_r{number}"
+
+
+def routed_check(load_id: str) -> str:
+    """The CHECK on a partitioned target's staging that sets aside, as a bad row, a row that
+    no partition takes (``on_error="reject"``)."""
+    return f"{PREFIX}{check_load_id(load_id)}_routed"
+
+
 def bound_check(load_id: str) -> str:
     """The CHECK implying a staging partition's bound, dropped once it is attached."""
     return f"{PREFIX}{check_load_id(load_id)}_bound"
@@ -159,6 +182,7 @@ def original_names(plan: LoadPlan, text: str) -> str:
     back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
     back[plan.staging_table] = plan.target.table
     back[rebuilt_table(plan.load_id)] = plan.target.table
+    back[routed_check(plan.load_id)] = f"the partitions of {plan.target.table}"
     if plan.target.partitioning:  # staging partitions and what is built on them (each
         # with its leaf's own load id: see leaf_load_id) take the target partitions' names
         for number, leaf in enumerate(plan.target.partitioning.leaves):

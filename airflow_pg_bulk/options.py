@@ -213,6 +213,21 @@ OPTIONS: tuple[LoadOption, ...] = (
         "`True`", "settings",
     ),
     LoadOption(
+        "allow_older_run", bool, False,
+        "let this run replace rows that a run with a later data interval of the same DAG task "
+        "loaded (a deliberate reload of the past); otherwise such a run fails, naming the newer "
+        "load and changing nothing (see Runs that overlap). Under Airflow only: the command "
+        "line and `load()` have no data interval",
+        "`False`", "settings", modes=("replace", "replace_partitions", "upsert"),
+    ),
+    LoadOption(
+        "history_keep", int, 1000,
+        "loads kept per target in the load history `pgbulk_loads`; older ones are deleted after "
+        "each finalize into the target (the newest load of each DAG task and partition always "
+        "stays: the ordering of runs needs it)",
+        "`1000`", "settings",
+    ),
+    LoadOption(
         "on_error", str, "fail",
         "`fail`: the first bad row fails the load, naming file, line, column and value; "
         "`reject`: rows PostgreSQL cannot parse or convert go to `reject_table` and the rest load",
@@ -390,7 +405,13 @@ def _column_list(text: str) -> list[str]:
     return [name.strip() for name in text.split(",") if name.strip()]
 
 
-_MINIMUM = {"partitions": 1, "partition_size": 1, "max_rejects": 0, "index_workers": 0}
+_MINIMUM = {
+    "partitions": 1,
+    "partition_size": 1,
+    "max_rejects": 0,
+    "index_workers": 0,
+    "history_keep": 1,
+}
 
 
 def _cli_help(opt: LoadOption) -> str:

@@ -1,38 +1,56 @@
-"""Partitioned targets: staging partitioned like the target, and the partition-wise finalize
-of ``replace_partitions``, ``replace`` and ``append``.
+"""Partitioned targets: the partition-wise finalize of ``replace_partitions``, ``replace``
+and ``append``; its cost follows the partitions the load's rows go to, not the number of
+partitions of the target.
 
-prepare (:func:`create_staging`) makes a staging table partitioned like the target (same key,
-one staging partition per leaf partition, with its bound; unlogged where a plain staging would
-be) and gives each staging partition, while it is empty, a CHECK that implies its bound. The
-COPY tasks COPY into the staging parent: PostgreSQL routes every row, and a row that falls in
-no partition fails its COPY naming the file, line and key value (nothing is parsed in Python).
+prepare (:func:`create_staging`) captures the parent only (its key, columns, indexes,
+constraints, grants: :func:`airflow_pg_bulk.catalog.capture`, a few catalog queries whatever
+the number of partitions) and makes ONE plain staging table shaped like it (unlogged where a
+plain staging would be); the COPY tasks COPY into it.
 
-finalize (:func:`finalize_partitioned`) then, for each staging partition that received rows
-and is to be swapped in:
+finalize first routes the staged rows (:func:`route`, one transaction, committed):
 
-1. detaches it from the staging parent (it is a standalone table from then on) and makes it
-   logged if the target is;
-2. builds the target partition's indexes and constraints on it (FKs ``NOT VALID`` then
-   ``VALIDATE``) and ANALYZEs it (:func:`airflow_pg_bulk.finalize.build_on_staging`), each
-   step committed, so that a retried finalize goes on where the last one stopped;
+1. the partitions they go to: the distinct partition-key values in staging, and the
+   partitions the planner's partition pruning keeps for them
+   (:func:`airflow_pg_bulk.catalog.partitions_of_rows`; every partition when the key has an
+   expression or the rows have more than ``MAX_ROUTED_KEYS`` distinct key values);
+2. one partition: staging itself becomes its new table, with a CHECK of the partition's
+   bound (which validates every row: a row of no partition fails here); several: a
+   partitioned router with one partition per candidate (bound, CHECK) takes the rows in
+   one ``INSERT ... SELECT`` (PostgreSQL routes them; a row of no partition fails it), the
+   partitions that received rows are detached as standalone tables, the rest dropped;
+3. each of those partitions of the target is captured in full (indexes, constraints,
+   grants, owner, comments), its definition kept in its new table's COMMENT, so that a
+   retried finalize builds and compares against exactly what was captured.
 
-then ONE transaction, under ``lock_timeout`` (the parent locked ``ACCESS EXCLUSIVE`` in short
-tries, as a replace's swap does): for each, ``DETACH`` and drop the old partition, give the
-new table the old one's name, owner, grants, comments and options, ``ATTACH`` it (its CHECK
-lets ATTACH skip the scan; the equivalent indexes and foreign keys are adopted), drop the
-CHECK; the load is noted finalized; COMMIT. finalize builds the partitions one after another
-on its connection; in one process (:func:`airflow_pg_bulk.runner.load`, the CLI) they are
-built before it, several at once on sessions of their own (:func:`build_in_parallel`), and
-finalize finds them built.
+A row that no partition takes fails the load naming its file and line (read again from the
+source). Then, for each partition with rows to be swapped in:
+
+1. its new table is made logged if the target is, and gets the partition's indexes and
+   constraints (FKs ``NOT VALID`` then ``VALIDATE``) and ANALYZE
+   (:func:`airflow_pg_bulk.finalize.build_on_staging`), each step committed, so that a
+   retried finalize goes on where the last one stopped;
+
+then ONE transaction, under ``lock_timeout``: the parent and the partitions swapped locked
+``ACCESS EXCLUSIVE`` in short tries (:mod:`airflow_pg_bulk.locking`; ``DETACH PARTITION``
+needs that lock on the parent); the parent's definition compared with prepare's and each
+swapped partition's with the one captured in step 3 (never oids: a partition swapped by
+another load in the meantime keeps its definition and changes its oid); for each,
+``DETACH`` and drop the old partition, give the new table the old one's name, owner,
+grants, comments and options, ``ATTACH`` it (its CHECK lets ATTACH skip the scan; the
+equivalent indexes and foreign keys are adopted), drop the CHECK; the load is noted
+finalized; COMMIT. Nothing in that transaction reads or writes per partition of the target
+(but for ``replace``, which empties the others). finalize builds the partitions one after
+another on its connection; with extra sessions (:func:`build_in_parallel`) several at once.
 
 - ``replace_partitions``: every partition that received a row is swapped; the others are not
-  touched (same relfilenode, same rows);
+  touched (same relfilenode, same rows, never locked);
 - ``replace``: as ``replace_partitions``, and every partition that received no row is emptied
   (TRUNCATE) in the same transaction;
 - ``append``: a partition that received rows and is empty is swapped; a non-empty one gets
-  the rows by ``INSERT ... SELECT`` from its staging partition in the same transaction (so does
+  the rows by ``INSERT ... SELECT`` from its new table in the same transaction (so does
   every partition when the role does not own the target or a partition cannot be swapped);
-- ``upsert`` does not come here: it merges through the parent in place (see upsert.py).
+- ``upsert`` does not come here: it merges through the partitions its rows go to, in place
+  (see upsert.py).
 
 See README.md, "Partitioned targets", and docs/design.md.
 """
@@ -40,6 +58,7 @@ See README.md, "Partitioned targets", and docs/design.md.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -47,18 +66,30 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql
+from airflow_pg_bulk import (
+    catalog,
+    finalize,
+    history,
+    locking,
+    naming,
+    offenders,
+    planning,
+    sql,
+    translate,
+)
 from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.driver import (
     close_cancelling,
     execute,
+    is_database_error,
     rollback_quietly,
     scalar,
+    server_error,
     server_version,
 )
-from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
 from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning
+from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition
 
 log = logging.getLogger(__name__)
 
@@ -71,21 +102,27 @@ def _parts(plan: LoadPlan) -> Partitioning:
 
 
 def partitioned_staging(plan: LoadPlan) -> bool:
-    """Whether the load's staging is partitioned like its target (every mode but upsert,
-    whose staging carries a source order column and merges through the parent)."""
+    """Whether the load finalizes partition by partition (every mode but upsert on a
+    partitioned target; an upsert merges through the partitions in place)."""
     return plan.target.partitioning is not None and plan.mode != "upsert"
 
 
 def create_staging(conn: Any, plan: LoadPlan) -> None:
-    """prepare: the staging parent, partitioned like the target, and one staging partition
-    per leaf partition with the leaf's bound and, added while it is empty, a CHECK implying
-    the bound (so that ATTACH PARTITION skips its scan)."""
+    """prepare: one plain staging table shaped like the parent (its columns and defaults; an
+    identity column not loaded numbered from the target's sequence). No partition of the
+    target is read (but with ``on_error="reject"``: a CHECK that a row is in one of them,
+    so that a row of no partition is set aside as COPY goes): the partitions the rows go
+    to are found in finalize (:func:`route`)."""
     t = plan.target
-    parts = _parts(plan)
     execute(
         conn,
         sql.create_partitioned_staging(
-            t.schema, plan.staging_table, t.table, parts.key, server_version=server_version(conn)
+            t.schema,
+            plan.staging_table,
+            t.table,
+            None,
+            server_version=server_version(conn),
+            logged=plan.staging_logged,
         ),
     )
     for seq in t.sequences:
@@ -97,24 +134,21 @@ def create_staging(conn: Any, plan: LoadPlan) -> None:
                     t.schema, plan.staging_table, seq.column, (seq.schema, seq.name)
                 ),
             )
-    for number, leaf in enumerate(parts.leaves):
-        name = naming.staging_partition(plan.load_id, number)
-        execute(
-            conn,
-            sql.create_partition_of(
-                t.schema, name, plan.staging_table, leaf.bound, logged=plan.staging_logged
-            ),
-        )
-        if leaf.constraint:
+    if plan.errors.rejecting:  # a row that no partition takes is set aside as a bad row
+        bounds = [row[4] for row in execute(conn, sql.leaf_partitions(t.oid))]
+        if bounds and all(bounds):  # (a DEFAULT partition takes any row)
             execute(
                 conn,
-                sql.add_check(t.schema, name, naming.bound_check(plan.load_id), leaf.constraint),
+                sql.add_partitions_check(
+                    t.schema, plan.staging_table, naming.routed_check(plan.load_id), bounds
+                ),
             )
 
 
 def leaf_plan(plan: LoadPlan, number: int) -> LoadPlan:
-    """The plan of one leaf's build: the leaf as the target, its staging partition as staging,
-    a load id of its own (the temporary index and constraint names differ per leaf)."""
+    """The plan of one leaf's build (``plan`` as :func:`route` returns it): the leaf as the
+    target, its new table as staging, a load id of its own (the temporary index and
+    constraint names differ per leaf)."""
     leaf = _parts(plan).leaves[number]
     return dataclasses.replace(
         plan,
@@ -124,17 +158,228 @@ def leaf_plan(plan: LoadPlan, number: int) -> LoadPlan:
     )
 
 
+def route(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
+    """finalize's first step (see the module's docstring): the staged rows in one new table
+    per partition of the target they go to, ``staging_partition(load_id, n)``, each
+    partition captured; returns the plan with those partitions as the target's leaves (in
+    the order of ``n``). One transaction, committed; a retried finalize finds it done (the
+    staging table is gone) and reads the partitions back from their tables' comments."""
+    t = plan.target
+    parts = _parts(plan)
+    stage = plan.staging_table
+    with clock.phase("route"):
+        if not scalar(conn, sql.relation_exists(t.schema, stage)):
+            routed = _routed_before(conn, plan)
+            conn.commit()
+            return routed
+        if not plan.staging_logged:  # a crash may have emptied the unlogged staging
+            staged = scalar(conn, sql.count_rows(t.schema, stage))
+            if staged != rows:
+                raise finalize._staging_lost(plan, staged, rows)
+        columns = [c.name for c in t.columns]
+        names = catalog.partitions_of_rows(conn, t, stage, columns)
+        candidates = execute(conn, sql.leaf_partitions(t.oid, names))
+        bounds = [row[4] for row in candidates]
+        kept: list[tuple[str, str, str, str | None]] = []
+        try:
+            if names is not None and len(candidates) == 1:
+                # staging itself becomes the partition's new table
+                leaf_schema, name, _kind, bound, constraint = candidates[0]
+                first = naming.staging_partition(plan.load_id, 0)
+                execute(conn, sql.rename_table(t.schema, stage, first))
+                if constraint:  # checks every row: one of no partition fails it
+                    check = naming.bound_check(plan.load_id)
+                    execute(conn, sql.add_check(t.schema, first, check, constraint))
+                if plan.errors.rejecting:
+                    check = naming.routed_check(plan.load_id)
+                    execute(conn, sql.drop_constraint(t.schema, first, check, if_exists=True))
+                kept.append((leaf_schema, name, bound, constraint))
+            elif candidates:
+                kept = _split(conn, plan, candidates)
+        except Exception as exc:
+            if not (is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION):
+                raise
+            rollback_quietly(conn)
+            raise _unrouted(conn, plan, bounds) from exc
+        if not candidates and rows:  # every key value pruned every partition
+            conn.rollback()
+            raise _unrouted(conn, plan, [])
+        # a partition loaded in place needs no definition; one swapped, its own in full
+        by_name = {}
+        swapped = []
+        for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
+            table = naming.staging_partition(plan.load_id, number)
+            if (
+                t.triggers
+                or scalar(conn, sql.more_rows_than(t.schema, table, IN_PLACE_ROWS))
+                or scalar(conn, sql.has_user_triggers(leaf_schema, name))
+            ):
+                swapped.append((leaf_schema, name))
+                continue
+            named = TargetDefinition(leaf_schema, name, 0, "", t.persistence, ())
+            by_name[leaf_schema, name] = LeafPartition(bound, constraint, named, in_place=True)
+        captured = Partitioning(parts.key, ())
+        if swapped:
+            captured = catalog.capture_leaves(conn, t, swapped)
+        by_name.update(
+            ((leaf.definition.schema, leaf.definition.table), leaf) for leaf in captured.leaves
+        )
+        leaves = []
+        for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
+            leaf = by_name.get((leaf_schema, name))
+            if leaf is None or (leaf.bound, leaf.constraint) != (bound, constraint):
+                raise LoadRefusedError(
+                    f"partition {leaf_schema}.{name} of {t.qualified} was detached or changed "
+                    "while this load routed its rows to it; nothing was swapped. Run the load "
+                    "again"
+                )
+            leaves.append(leaf)
+            execute(
+                conn,
+                sql.comment_on(
+                    "TABLE",
+                    sql.qualified(t.schema, naming.staging_partition(plan.load_id, number)),
+                    json.dumps(leaf.to_dict()),
+                ),
+            )
+        execute(conn, sql.drop_table(t.schema, stage, if_exists=True))
+        routed = _with_leaves(plan, Partitioning(parts.key, tuple(leaves), captured.unsupported))
+        conn.commit()
+    log.info(
+        "Load %s into %s: its rows go to %d partitions (%s)",
+        plan.load_id,
+        t.qualified,
+        len(leaves),
+        ", ".join(leaf.definition.table for leaf in leaves[:5])
+        + (", ..." if len(leaves) > 5 else ""),
+    )
+    return routed
+
+
+_CHECK_VIOLATION = "23514"  # a CHECK, or "no partition of relation ... found for row"
+
+
+def _split(
+    conn: Any, plan: LoadPlan, candidates: list[tuple[str, str, str, str, str | None]]
+) -> list[tuple[str, str, str, str | None]]:
+    """The staged rows routed by PostgreSQL through a partitioned router with one partition
+    per candidate (its bound, and a CHECK of it added while empty); the partitions that
+    received rows become standalone tables ``staging_partition(load_id, n)``; returns their
+    (schema, name, bound, constraint) in that order."""
+    t = plan.target
+    load_id = plan.load_id
+    router = naming.router_table(load_id)
+    execute(
+        conn,
+        sql.create_partitioned_staging(
+            t.schema, router, t.table, _parts(plan).key, server_version=server_version(conn)
+        ),
+    )
+    for number, (_s, _n, _kind, bound, constraint) in enumerate(candidates):
+        name = naming.router_partition(load_id, number)
+        execute(
+            conn,
+            sql.create_partition_of(t.schema, name, router, bound, logged=plan.staging_logged),
+        )
+        if constraint:
+            execute(conn, sql.add_check(t.schema, name, naming.bound_check(load_id), constraint))
+    columns = [c.name for c in t.columns if not c.generated]
+    execute(
+        conn,
+        sql.insert_from_staging(
+            t.schema, router, plan.staging_table, columns, override_identity=False
+        ),
+    )
+    kept = []
+    for number, (leaf_schema, leaf_name, _kind, bound, constraint) in enumerate(candidates):
+        name = naming.router_partition(load_id, number)
+        if not scalar(conn, sql.has_rows(t.schema, name)):
+            continue
+        execute(conn, sql.detach_partition(t.schema, router, name))
+        execute(
+            conn, sql.rename_table(t.schema, name, naming.staging_partition(load_id, len(kept)))
+        )
+        kept.append((leaf_schema, leaf_name, bound, constraint))
+    execute(conn, sql.drop_table(t.schema, router))  # with the partitions that got no row
+    return kept
+
+
+def _unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> BadDataError:
+    """The error for a staged row that no partition of the target takes (the transaction
+    rolled back: staging as COPY left it), naming the row and, read again from the source,
+    its file and line."""
+    t = plan.target
+    constraints = [b for b in bounds if b]
+    shown = execute(conn, sql.unrouted_row(t.schema, plan.staging_table, plan.columns, constraints))
+    conn.rollback()
+    row = shown[0][0] if shown else "?"
+    found = offenders.locate_failing(conn, plan, sql.in_no_partition(constraints))
+    path, line = found.rows[0] if found.rows else (None, None)
+    return BadDataError(
+        f"no partition of {t.qualified} takes the loaded row {row} ({', '.join(plan.columns)})"
+        f", {found.describe()}. Nothing of this load reached {t.qualified}",
+        path=path,
+        line=line,
+        value=translate.truncate(row),
+    )
+
+
+def _routed_before(conn: Any, plan: LoadPlan) -> LoadPlan:
+    """The plan :func:`route` returned, read back from the comments of the tables it made."""
+    t = plan.target
+    found = execute(
+        conn, sql.run_table_comments(t.schema, naming.staging_partitions_pattern(plan.load_id))
+    )
+    prefix = naming.staging_partition(plan.load_id, 0)[:-1]
+    numbered = sorted((int(name[len(prefix) :]), text) for name, text in found)
+    leaves = tuple(LeafPartition.from_dict(json.loads(text)) for _n, text in numbered)
+    if [n for n, _text in numbered] != list(range(len(leaves))):
+        raise IncompleteLoadError(
+            f"load {plan.load_id}: its staging was routed to partitions of {t.qualified} by an "
+            "earlier attempt, but some of their tables are gone; run the whole load again"
+        )
+    problems = catalog.leaf_problems(t, leaves)
+    return _with_leaves(plan, Partitioning(_parts(plan).key, leaves, problems))
+
+
+def _with_leaves(plan: LoadPlan, parts: Partitioning) -> LoadPlan:
+    return dataclasses.replace(
+        plan,
+        target=dataclasses.replace(plan.target, partitioning=parts),
+        digest=plan.digest or planning.plan_digest(plan),
+    )
+
+
+def _parent_fingerprint(plan: LoadPlan) -> dict[str, Any]:
+    """What prepare captured of the parent (its partitions left out)."""
+    t = plan.target
+    bare = Partitioning(_parts(plan).key, ())
+    return dataclasses.replace(t, partitioning=bare).fingerprint()
+
+
 def finalize_partitioned(
     conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
 ) -> None:
-    """The partition-wise finalize (see the module's docstring)."""
+    """The partition-wise finalize (see the module's docstring); ``plan`` as :func:`route`
+    returned it."""
     t = plan.target
     parts = _parts(plan)
-    history.refuse_overwriting_newer(conn, plan)
+    leaves = parts.leaves
+    if (
+        plan.mode in ("replace", "replace_partitions")
+        and parts.unsupported
+        and (_to_swap(conn, plan, list(range(len(leaves)))))
+    ):
+        raise LoadRefusedError(
+            f"{plan.mode} of the partitioned {t.qualified} refused before anything changed: "
+            + "; ".join(parts.unsupported)
+            + ". Its partitions are replaced by tables built beside them, which cannot carry "
+            "these over"
+        )
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
+    loaded = list(range(len(leaves)))
     with clock.phase("check"):
-        loaded = _loaded(conn, plan)
-        if not plan.staging_logged:  # a crash may have emptied some unlogged partitions
+        if not plan.staging_logged:  # a crash may have emptied some unlogged tables
             staged = sum(
                 scalar(conn, sql.count_rows(t.schema, naming.staging_partition(plan.load_id, n)))
                 for n in loaded
@@ -142,31 +387,48 @@ def finalize_partitioned(
             if staged != rows:
                 raise finalize._staging_lost(plan, staged, rows)
         swapped = _to_swap(conn, plan, loaded)
+        # the rows this load replaces, for the ordering rule: the partitions it swaps in
+        # (replace_partitions), or the whole target (replace); checked now, before the
+        # builds, and again under the lock
+        replaced = _replaced_parts(plan, loaded)
+        history.refuse_overwriting_newer(conn, plan, replaced)
         conn.commit()
     built = {n: _build_leaf(conn, plan, n, clock) for n in swapped}
-    leaves = parts.leaves
     inserted: list[int] = []
     with clock.phase("swap"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
-        # appends in place first, before the parent is locked: readers are not held up
-        for n in loaded:
-            if n not in built:
-                _insert_leaf(conn, plan, n)
-                inserted.append(n)
+        # the ordering rule, decided here: the advisory lock serialises this transaction with
+        # every other finalize of the target (an index lookup, before any table lock)
+        history.refuse_overwriting_newer(conn, plan, replaced)
+        # in place first, before the parent is locked: readers of the other partitions are
+        # not held up (a replace empties each such partition first: ACCESS EXCLUSIVE on it)
+        in_place = [n for n in loaded if n not in built]
+        if in_place and plan.mode != "append":
+            locking.lock_for_swap(conn, [_qualified(leaves[n]) for n in in_place])
+        for n in in_place:
+            if plan.mode != "append":
+                execute(conn, sql.truncate(*_qualified(leaves[n])))
+            _insert_leaf(conn, plan, n)
+            inserted.append(n)
         if built or plan.mode == "replace":
-            locking.lock_for_swap(
-                conn,
-                [(t.schema, t.table), *((t.schema, leaves[n].definition.table) for n in built)],
-            )
-            history.refuse_overwriting_newer(conn, plan)
+            # the checks under SHARE UPDATE EXCLUSIVE on the parent (no reader waits for it:
+            # it keeps DDL and autovacuum off) and ACCESS EXCLUSIVE on the partitions swapped
+            # (their own readers wait); the parent's ACCESS EXCLUSIVE (DETACH needs it) only
+            # from the first DETACH to COMMIT, taken in short tries
+            execute(conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE"))
+            swapped_leaves = [leaves[n].definition for n in built]
+            if swapped_leaves:
+                locking.lock_for_swap(conn, [(d.schema, d.table) for d in swapped_leaves])
             now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
-            if now.fingerprint() != t.fingerprint():
+            if now.fingerprint() != _parent_fingerprint(plan):
                 raise LoadRefusedError(
-                    f"the definition of {t.qualified} or of one of its partitions changed "
-                    "between prepare and finalize (partitions, columns, indexes, constraints, "
-                    "grants, owner or comments); nothing was swapped. Run the load again"
+                    f"the definition of {t.qualified} changed between prepare and finalize "
+                    "(columns, indexes, constraints, grants, owner or comments); nothing was "
+                    "swapped. Run the load again"
                 )
+            _refuse_changed_leaves(conn, plan, now, [leaves[n] for n in built])
+            locking.lock_for_swap(conn, [(t.schema, t.table)])
         for n, names in built.items():
             if plan.mode == "append" and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
@@ -175,11 +437,12 @@ def finalize_partitioned(
                 inserted.append(n)
             else:
                 _swap_leaf(conn, plan, n, leaves[n], *names)
-        if plan.mode == "replace":
-            for n, leaf in enumerate(leaves):
-                if n not in loaded:
-                    execute(conn, sql.truncate(t.schema, leaf.definition.table))
-        history.record_finalized(conn, plan, rows, nbytes, rejected)
+        if plan.mode == "replace":  # (reads the names of every partition, under the lock)
+            mine = {(leaf.definition.schema, leaf.definition.table) for leaf in leaves}
+            for leaf_schema, name in execute(conn, sql.leaf_names(t.oid)):
+                if (leaf_schema, name) not in mine:
+                    execute(conn, sql.truncate(leaf_schema, name))
+        history.record_finalized(conn, plan, rows, nbytes, rejected, replaced)
         conn.commit()
     if inserted and plan.settings.analyze:
         with clock.phase("analyze"):
@@ -187,21 +450,63 @@ def finalize_partitioned(
                 execute(conn, sql.analyze(t.schema, leaves[n].definition.table))
                 conn.commit()
     log.info(
-        "Load %s into %s (%s): %d of %d partitions received rows; %d swapped in by ATTACH "
+        "Load %s into %s (%s): %d partitions received rows; %d swapped in by ATTACH "
         "PARTITION, %d appended to in place%s",
         plan.load_id,
         t.qualified,
         plan.mode,
         len(loaded),
-        len(leaves),
         len(loaded) - len(inserted),
         len(inserted),
-        f", {len(leaves) - len(loaded)} emptied" if plan.mode == "replace" else "",
+        ", the others emptied" if plan.mode == "replace" else "",
     )
+
+
+def _replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
+    """The partitions (leaf table names) whose rows a ``replace_partitions`` replaces: those
+    that receive rows; None for the other modes (a replace replaces the whole target)."""
+    if plan.mode != "replace_partitions":
+        return None
+    leaves = _parts(plan).leaves
+    return [leaves[n].definition.table for n in loaded]
+
+
+def _refuse_changed_leaves(
+    conn: Any, plan: LoadPlan, parent: TargetDefinition, swapped: list[LeafPartition]
+) -> None:
+    """Under the swap's lock: each partition to swap is still a partition of the target,
+    with the bound and definition its new table was built for (its oid aside: another load
+    may have swapped it since, keeping its definition)."""
+    if not swapped:
+        return
+    now = catalog.capture_leaves(
+        conn, parent, [(leaf.definition.schema, leaf.definition.table) for leaf in swapped]
+    )
+    current = {(leaf.definition.schema, leaf.definition.table): leaf for leaf in now.leaves}
+    for leaf in swapped:
+        d = leaf.definition
+        found = current.get((d.schema, d.table))
+        if (
+            found is None
+            or (found.bound, found.constraint) != (leaf.bound, leaf.constraint)
+            or found.definition.fingerprint() != d.fingerprint()
+        ):
+            raise LoadRefusedError(
+                f"partition {d.qualified} of {plan.target.qualified} was detached, or its "
+                "definition changed (indexes, constraints, grants, owner or comments), "
+                "between the build of its new table and the swap; nothing was swapped. Run "
+                "the load again"
+            )
 
 
 #: at most this many partitions are built at once by finalize's extra sessions
 MAX_SIDE_BY_SIDE = 8
+
+
+def built_beside(plan: LoadPlan) -> int:
+    """How many partitions a routed load (:func:`route`) builds beside the target (not loaded
+    in place)."""
+    return sum(not leaf.in_place for leaf in _parts(plan).leaves)
 
 
 def side_by_side(plan: LoadPlan) -> int:
@@ -212,10 +517,11 @@ def side_by_side(plan: LoadPlan) -> int:
 
 def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> float:
     """At the start of finalize (in one process and under Airflow alike, on finalize's extra
-    sessions): build the partitions finalize will swap in (detach, indexes, constraints), up
+    sessions): build the partitions finalize will swap in (indexes, constraints), up
     to ``jobs`` at once, each on a session of its own (``connect``); finalize then finds them
     built, ANALYZEs them and swaps them in (each build step is committed and skipped when
     found done). Nothing here touches the target.
+    ``plan`` as :func:`route` returned it.
     Returns the seconds taken (0: nothing to build side by side: fewer than two partitions,
     or the load finalized)."""
     if not partitioned_staging(plan) or jobs < 2:
@@ -224,7 +530,7 @@ def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> 
     with _session(connect, plan, "build") as conn:
         if any(row[0] == sql.FINALIZED for row in execute(conn, _ledger(plan))):
             return 0.0
-        swapped = _to_swap(conn, plan, _loaded(conn, plan))
+        swapped = _to_swap(conn, plan, list(range(len(_parts(plan).leaves))))
         conn.commit()
     if len(swapped) < 2:
         return 0.0
@@ -280,39 +586,46 @@ def _ledger(plan: LoadPlan) -> sql.Composable:
     return sql.ledger_rows(plan.target.schema, plan.ledger_table)
 
 
-def _loaded(conn: Any, plan: LoadPlan) -> list[int]:
-    """The leaves whose staging partition received rows."""
-    return [
-        n
-        for n in range(len(_parts(plan).leaves))
-        if scalar(conn, sql.has_rows(plan.target.schema, naming.staging_partition(plan.load_id, n)))
-    ]
-
-
 def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:
-    """Append a staging partition's rows in place, through the parent (they go to the same
-    partition; the role needs INSERT on the parent only, as for a plain append)."""
+    """Insert a partition's staged rows in place, through the parent (they go to the same
+    partition; the role needs INSERT on the parent only, as for a plain append): every
+    column but the generated ones, as staging holds them (an identity column not loaded was
+    numbered from the target's sequence there)."""
     t = plan.target
+    columns = [c.name for c in t.columns if not c.generated]
     execute(
         conn,
         sql.insert_from_staging(
             t.schema,
             t.table,
             naming.staging_partition(plan.load_id, number),
-            plan.columns,
-            override_identity=any(
-                c.identity == Identity.ALWAYS and c.name in plan.columns for c in t.columns
-            ),
+            columns,
+            override_identity=any(c.identity == Identity.ALWAYS for c in t.columns),
         ),
     )
 
 
+#: a partition that receives at most this many rows is loaded in place (a replace empties it
+#: first, in the same transaction) rather than built beside it and swapped in: at this size
+#: the swap's fixed costs (indexes, constraints, ANALYZE of a new table, DETACH and ATTACH,
+#: which take ACCESS EXCLUSIVE on the parent) outweigh inserting the rows with their index
+#: entries and foreign-key checks; and no reader of another partition waits at all
+IN_PLACE_ROWS = 10_000
+
+
+def _qualified(leaf: LeafPartition) -> tuple[str, str]:
+    return leaf.definition.schema, leaf.definition.table
+
+
 def _to_swap(conn: Any, plan: LoadPlan, loaded: list[int]) -> list[int]:
-    """The loaded leaves to build and swap in: all of them for a replace; for an append, the
-    empty ones, when the role owns the target and nothing stands in the way of a swap."""
+    """The loaded leaves to build and swap in: for a replace, those not loaded in place (more
+    than :data:`IN_PLACE_ROWS` rows, or a trigger that an INSERT would fire and a swap does
+    not: decided by :func:`route`); for an append, of those, the empty ones, when the role
+    owns the target and nothing stands in the way of a swap."""
+    parts = _parts(plan)
+    loaded = [n for n in loaded if not parts.leaves[n].in_place]
     if plan.mode != "append":
         return loaded
-    parts = _parts(plan)
     owner = execute(conn, sql.loader_privileges(plan.target.oid))[0][0]
     if not owner or parts.unsupported or plan.target.referencing_keys:
         log.info(
@@ -331,15 +644,11 @@ def _to_swap(conn: Any, plan: LoadPlan, loaded: list[int]) -> list[int]:
 def _build_leaf(
     conn: Any, plan: LoadPlan, number: int, clock: PhaseClock
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Detach a staging partition and build on it what its target partition has; each step
-    commits and a retry skips what is done. Returns the temporary index and constraint names."""
+    """Build on a partition's new table what the partition has; each step commits and a
+    retry skips what is done. Returns the temporary index and constraint names."""
     built_plan = leaf_plan(plan, number)
     t = plan.target
     stage = built_plan.staging_table
-    with clock.phase("detach"):
-        if execute(conn, sql.partition_of(t.schema, stage)):
-            execute(conn, sql.detach_partition(t.schema, plan.staging_table, stage))
-            conn.commit()
     state = finalize._staging_state(conn, built_plan)
     if ("persistence", Persistence.UNLOGGED) in state and (
         built_plan.target.persistence == Persistence.PERMANENT
@@ -377,6 +686,8 @@ def _swap_leaf(
             execute(conn, sql.rename_index(t.schema, index_names[index.name], index.name))
     if d.owner != scalar(conn, sql.current_user()):
         execute(conn, sql.set_owner(t.schema, d.table, d.owner))
+    if d.comment is None:  # (its comment held the partition's definition: see route)
+        execute(conn, sql.comment_on("TABLE", sql.qualified(t.schema, d.table), None))
     finalize._restore_properties(conn, d, triggers=False)
     finalize.restore_columns(conn, t.schema, d.table, former)
     execute(conn, sql.attach_partition(t.schema, t.table, d.table, leaf.bound))

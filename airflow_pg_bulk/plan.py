@@ -329,12 +329,17 @@ class LeafPartition(PlainData):
     :param constraint: its partition constraint (``pg_get_partition_constraintdef``): the
         CHECK that lets ATTACH PARTITION skip its scan; None for a lone DEFAULT partition.
     :param definition: the partition's own definition (indexes, constraints, grants, owner,
-        comments), what a table swapped in for it is built with.
+        comments), what a table swapped in for it is built with (with ``in_place``: its
+        schema and name only).
+    :param in_place: a load's rows go into the partition in place rather than by a table
+        built beside it and swapped in (few rows: see
+        :data:`airflow_pg_bulk.partitioned.IN_PLACE_ROWS`).
     """
 
     bound: str
     constraint: str | None
     definition: TargetDefinition
+    in_place: bool = False
 
 
 @dataclass(frozen=True)
@@ -360,6 +365,10 @@ class Settings(PlainData):
         in-place load does).
     :param index_workers: parallel maintenance workers per index build in finalize; None:
         sized from the server (:func:`airflow_pg_bulk.fanout.size_builds`).
+    :param allow_older_run: let a run replace the rows of a load whose data interval is later
+        (the ordering rule, see :class:`RunOrder`), for a deliberate reload of the past.
+    :param history_keep: the loads kept per target in the load history (older ones are
+        deleted after a finalize; the newest of each DAG task and partition always stays).
     """
 
     lock_timeout: str = "30s"
@@ -367,6 +376,12 @@ class Settings(PlainData):
     synchronous_commit: str = "off"
     analyze: bool = True
     index_workers: int | None = None
+    allow_older_run: bool = False
+    history_keep: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.history_keep < 1:
+            raise ValueError(f"history_keep must be 1 or more, not {self.history_keep!r}")
 
 
 @dataclass(frozen=True)
@@ -422,6 +437,33 @@ class UpsertSpec(PlainData):
 
 
 @dataclass(frozen=True)
+class RunOrder(PlainData):
+    """Which run a load belongs to, for the ordering rule: a load never replaces rows that a
+    load of a later run of the same DAG task put in the same target (see docs/design.md,
+    "Runs that overlap"). Made by the operators from the Airflow context; None outside Airflow
+    (the rule does not apply there).
+
+    :param scope: the DAG and task that load the target (``<dag_id>.<prepare task id>``): only
+        loads of the same scope are compared, so another DAG loading the same table is never
+        refused because of this one.
+    :param run_id: the DAG run's id (named in the refusal).
+    :param interval_start: the run's data interval, ISO 8601; a run without one (a manual run
+        triggered without a logical date) is the instant it was triggered (``run_after``).
+    :param interval_end: loads are ordered by the end of their data interval, then its start.
+    """
+
+    scope: str
+    run_id: str
+    interval_start: str
+    interval_end: str
+
+    @property
+    def interval(self) -> tuple[str, str]:
+        """``(start, end)``."""
+        return (self.interval_start, self.interval_end)
+
+
+@dataclass(frozen=True)
 class LoadPlan(PlainData):
     """The complete, self-contained description of one load, made by prepare."""
 
@@ -457,6 +499,8 @@ class LoadPlan(PlainData):
     # planning.plan_digest of the whole plan, made with it: a COPY task holding only its own
     # partition's pieces checks the ledger against it ("": compute it from the plan)
     digest: str = ""
+    # the DAG run and data interval under Airflow (the ordering rule); None in-process
+    run: RunOrder | None = None
 
     @property
     def rebuilds(self) -> bool:

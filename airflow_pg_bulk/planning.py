@@ -22,6 +22,7 @@ from airflow_pg_bulk.plan import (
     LoadPlan,
     LoadRequest,
     Partition,
+    RunOrder,
     TargetDefinition,
     UpsertSpec,
 )
@@ -278,6 +279,7 @@ def build_plan(
     upsert: UpsertSpec | None = None,
     file_order: Sequence[str] = (),
     strategy: str = "in_place",
+    run: RunOrder | None = None,
 ) -> LoadPlan:
     """The load's plan from what prepare read: the request, the target's captured definition,
     the columns (:func:`plan_columns`) and the source cut into partitions; for an upsert its
@@ -304,6 +306,7 @@ def build_plan(
         logical_date=logical_date,
         upsert=upsert,
         strategy="in_place" if request.mode in ("replace", "replace_partitions") else strategy,
+        run=run,
     )
     return dataclasses.replace(plan, digest=plan_digest(plan))
 

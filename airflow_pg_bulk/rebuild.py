@@ -92,13 +92,14 @@ def finalize_rebuild(
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
         execute(conn, sql.lock_for_rebuild(t.schema, t.table))
+        history.refuse_overwriting_newer(conn, plan)  # an upsert's ordering rule (under lock)
         if plan.mode == "append":
             new = _append_rows(conn, plan, rows)
         else:
             new, merged = _upsert_rows(conn, plan, rows)
-    # the swap's plan: the new table in staging's place; no logical-date check (the target's
-    # rows are all kept, nothing older overwrites anything newer)
-    built = dataclasses.replace(plan, staging_table=new, logical_date=None)
+    # the swap's plan: the new table in staging's place; its ordering check was made above,
+    # under the lock the swap keeps
+    built = dataclasses.replace(plan, staging_table=new, run=None)
     index_names, constraint_names = finalize.build_on_staging(
         conn, built, clock, {}, commit=lambda: None
     )

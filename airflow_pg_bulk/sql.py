@@ -212,7 +212,8 @@ def owned_sequences(oid: int) -> Composed:
         " JOIN pg_namespace n ON n.oid = s.relnamespace"
         " JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid"
         " WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass"
-        " AND d.refobjid = {} AND d.deptype IN ('a', 'i') ORDER BY a.attnum"
+        " AND d.refobjid = {} AND d.refobjsubid > 0"  # (not the partitions' rows: 0)
+        " AND d.deptype IN ('a', 'i') ORDER BY a.attnum"
     ).format(Literal(oid))
 
 
@@ -246,6 +247,8 @@ def unsupported_dependents(oid: int) -> Composed:
         " AND d.deptype IN ('n', 'a')"
         " AND d.classid NOT IN ('pg_constraint'::regclass, 'pg_trigger'::regclass,"
         "   'pg_attrdef'::regclass, 'pg_type'::regclass)"
+        # a relation's automatic dependents: its indexes, owned sequences and partitions
+        " AND NOT (d.classid = 'pg_class'::regclass AND d.deptype = 'a')"
         " AND NOT (d.classid = 'pg_class'::regclass"
         "   AND (SELECT relkind FROM pg_class WHERE oid = d.objid) IN ('i', 'S', 't'))"
         " AND NOT (d.classid = 'pg_rewrite'::regclass AND EXISTS ("
@@ -595,9 +598,11 @@ def validate_constraint(schema: str, table: str, name: str) -> Composed:
     )
 
 
-def drop_constraint(schema: str, table: str, name: str) -> Composed:
+def drop_constraint(schema: str, table: str, name: str, *, if_exists: bool = False) -> Composed:
     """Drop a constraint (a referencing foreign key, re-added to the new table)."""
-    return SQL("ALTER TABLE {} DROP CONSTRAINT {}").format(_table(schema, table), Identifier(name))
+    return SQL("ALTER TABLE {} DROP CONSTRAINT {}{}").format(
+        _table(schema, table), SQL("IF EXISTS " if if_exists else ""), Identifier(name)
+    )
 
 
 def analyze(schema: str, table: str) -> Composed:
@@ -804,13 +809,55 @@ def table_privileges(schema: str, name: str, privileges: str) -> Composed:
     )
 
 
+#: the load history's columns that the ordering rule added (an older history gets them by
+#: :func:`upgrade_load_history`): the DAG task that loads the target (its scope), the run, its
+#: data interval, and the partitions a ``replace_partitions`` swapped (NULL: the whole target)
+LOAD_HISTORY_ORDER_COLUMNS = ("scope", "run_id", "interval_start", "interval_end", "parts")
+
+
 def create_load_history(schema: str, name: str) -> Composed:
-    """One row per finalized load, kept: what made each load visible, and when."""
+    """One row per finalized load, kept (a few, see :func:`trim_load_history`): what made
+    each load visible, and when, for which run and data interval."""
     return SQL(
         "CREATE TABLE {} (load_id text PRIMARY KEY, target text NOT NULL, mode text NOT NULL,"
         " logical_date timestamptz, rows bigint NOT NULL, rejects bigint NOT NULL DEFAULT 0,"
-        " finalized_at timestamptz NOT NULL DEFAULT now())"
+        " finalized_at timestamptz NOT NULL DEFAULT now(), scope text, run_id text,"
+        " interval_start timestamptz, interval_end timestamptz, parts text[])"
     ).format(_table(schema, name))
+
+
+def missing_columns(schema: str, name: str, columns: Sequence[str]) -> Composed:
+    """Which of ``columns`` the table lacks."""
+    return SQL(
+        "SELECT c FROM unnest({}) AS c WHERE NOT EXISTS (SELECT FROM pg_attribute"
+        " WHERE attrelid = to_regclass({}) AND attname = c AND NOT attisdropped)"
+    ).format(_text_array(columns), Literal(Identifier(schema, name).as_string()))
+
+
+def upgrade_load_history(schema: str, name: str) -> Composed:
+    """Give a load history made by an earlier version the ordering rule's columns."""
+    types = {
+        "scope": "text",
+        "run_id": "text",
+        "interval_start": "timestamptz",
+        "interval_end": "timestamptz",
+        "parts": "text[]",
+    }
+    return SQL("ALTER TABLE {} {}").format(
+        _table(schema, name),
+        SQL(", ").join(
+            SQL("ADD COLUMN IF NOT EXISTS {} {}").format(Identifier(c), SQL(types[c]))
+            for c in LOAD_HISTORY_ORDER_COLUMNS
+        ),
+    )
+
+
+def create_load_history_index(schema: str, name: str, index: str) -> Composed:
+    """The index the ordering rule's lookup and the trimming read: the loads of one target
+    and scope by data interval."""
+    return SQL(
+        "CREATE INDEX IF NOT EXISTS {} ON {} (target, scope, interval_end, interval_start)"
+    ).format(Identifier(index), _table(schema, name))
 
 
 def record_load(
@@ -823,13 +870,22 @@ def record_load(
     logical_date: str | None,
     rows: int,
     rejects: int,
+    scope: str | None = None,
+    run_id: str | None = None,
+    interval: tuple[str, str] | None = None,
+    parts: Sequence[str] | None = None,
 ) -> Composed:
     """Note a load as finalized (in the transaction that makes it visible)."""
+    start, end = interval or (None, None)
     return SQL(
-        "INSERT INTO {} (load_id, target, mode, logical_date, rows, rejects)"
-        " VALUES ({}, {}, {}, {}::timestamptz, {}, {}) ON CONFLICT (load_id) DO UPDATE SET"
+        "INSERT INTO {} (load_id, target, mode, logical_date, rows, rejects, scope, run_id,"
+        " interval_start, interval_end, parts)"
+        " VALUES ({}, {}, {}, {}::timestamptz, {}, {}, {}, {}, {}::timestamptz, {}::timestamptz,"
+        " {}) ON CONFLICT (load_id) DO UPDATE SET"
         " logical_date = EXCLUDED.logical_date, rows = EXCLUDED.rows,"
-        " rejects = EXCLUDED.rejects, finalized_at = now()"
+        " rejects = EXCLUDED.rejects, finalized_at = now(), scope = EXCLUDED.scope,"
+        " run_id = EXCLUDED.run_id, interval_start = EXCLUDED.interval_start,"
+        " interval_end = EXCLUDED.interval_end, parts = EXCLUDED.parts"
     ).format(
         _table(schema, name),
         Literal(load_id),
@@ -838,6 +894,11 @@ def record_load(
         Literal(logical_date),
         Literal(rows),
         Literal(rejects),
+        Literal(scope),
+        Literal(run_id),
+        Literal(start),
+        Literal(end),
+        SQL("NULL::text[]") if parts is None else _text_array(parts),
     )
 
 
@@ -848,13 +909,74 @@ def load_record(schema: str, name: str, load_id: str) -> Composed:
     )
 
 
-def newer_load(schema: str, name: str, *, target: str, logical_date: str, load_id: str) -> Composed:
-    """The latest other load into ``target`` whose logical date is after ``logical_date``."""
+#: the modes whose loads replace rows: the ordering rule compares their loads
+ORDERED_MODES = ("replace", "replace_partitions", "upsert")
+
+
+def newer_load(
+    schema: str,
+    name: str,
+    *,
+    target: str,
+    scope: str,
+    interval: tuple[str, str],
+    load_id: str,
+    parts: Sequence[str] | None = None,
+) -> Composed:
+    """The newest other load into ``target`` by the same ``scope`` (DAG and task) whose data
+    interval is later than ``interval`` (by its end, then its start) and that replaced some
+    of the same rows: the whole target, or one of ``parts`` (None: the whole target). An
+    index range scan of :func:`create_load_history_index` (only the later loads are read)."""
+    start, end = interval
+    overlap = (
+        SQL("")
+        if parts is None
+        else SQL(" AND (parts IS NULL OR parts && {})").format(_text_array(parts))
+    )
     return SQL(
-        "SELECT load_id, mode, logical_date::text, finalized_at::text FROM {}"
-        " WHERE target = {} AND load_id <> {} AND logical_date > {}::timestamptz"
-        " ORDER BY logical_date DESC LIMIT 1"
-    ).format(_table(schema, name), Literal(target), Literal(load_id), Literal(logical_date))
+        "SELECT load_id, run_id, mode, interval_start::text, interval_end::text,"
+        " finalized_at::text, parts FROM {} AS h"
+        " WHERE target = {} AND scope = {}"
+        " AND (interval_end, interval_start) > ({}::timestamptz, {}::timestamptz)"
+        " AND mode = ANY({}) AND load_id <> {}{}"
+        " ORDER BY h.interval_end DESC, h.interval_start DESC LIMIT 1"
+    ).format(
+        _table(schema, name),
+        Literal(target),
+        Literal(scope),
+        Literal(end),
+        Literal(start),
+        _text_array(ORDERED_MODES),
+        Literal(load_id),
+        overlap,
+    )
+
+
+def trim_load_history(schema: str, name: str, *, target: str, keep: int) -> Composed:
+    """Delete the loads into ``target`` beyond the ``keep`` last finalized, except the newest
+    (by data interval) of each scope and partition, which the ordering rule needs. Returns
+    the number deleted. Takes the target's trimming lock first and does nothing without it
+    (another load is trimming the same rows)."""
+    return SQL(
+        "WITH locked AS (SELECT pg_try_advisory_xact_lock(hashtext('airflow_pg_bulk_trim'),"
+        " hashtext({target})) AS got),"
+        " loads AS (SELECT load_id, scope, finalized_at, interval_end, interval_start, parts"
+        " FROM {table} WHERE target = {target} AND (SELECT got FROM locked)),"
+        " kept AS ((SELECT load_id FROM loads ORDER BY finalized_at DESC, load_id LIMIT {keep})"
+        " UNION (SELECT DISTINCT ON (scope, part) load_id FROM loads,"
+        " unnest(coalesce(parts, ARRAY['']::text[])) AS part WHERE scope IS NOT NULL"
+        " ORDER BY scope, part, interval_end DESC, interval_start DESC)),"
+        " gone AS (DELETE FROM {table} h USING loads WHERE h.load_id = loads.load_id"
+        " AND loads.load_id NOT IN (SELECT load_id FROM kept) RETURNING 1)"
+        " SELECT count(*) FROM gone"
+    ).format(table=_table(schema, name), target=Literal(target), keep=Literal(keep))
+
+
+def _text_array(values: Iterable[str]) -> Composed:
+    items = [Literal(v) for v in values]
+    if not items:
+        return SQL("'{{}}'::text[]").format()
+    return SQL("ARRAY[{}]::text[]").format(SQL(", ").join(items))
 
 
 # --- upsert ----------------------------------------------------------------------------------
@@ -1335,29 +1457,135 @@ def partition_key(oid: int) -> Composed:
     return SQL("SELECT pg_get_partkeydef({})").format(Literal(oid))
 
 
-def leaf_partitions(oid: int) -> Composed:
-    """A partitioned table's direct partitions: schema, name, relkind, bound, partition
-    constraint (NULL for a lone DEFAULT partition), ordered by name."""
+def leaf_partitions(oid: int, names: Sequence[tuple[str, str]] | None = None) -> Composed:
+    """A partitioned table's direct partitions (those of ``names``, (schema, name) pairs, when
+    given): schema, name, relkind, bound, partition constraint (NULL for a lone DEFAULT
+    partition), ordered by name. (The constraint takes ACCESS SHARE on each partition.)"""
+    chosen = SQL("")
+    if names is not None:
+        chosen = SQL(" AND (n.nspname, c.relname) IN ({})").format(
+            SQL(", ").join(SQL("({}, {})").format(Literal(s), Literal(t)) for s, t in names)
+            if names
+            else SQL("(NULL, NULL)")
+        )
     return SQL(
         "SELECT n.nspname, c.relname, c.relkind::text, pg_get_expr(c.relpartbound, c.oid),"
         " pg_get_partition_constraintdef(c.oid)"
         " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE i.inhparent = {} ORDER BY c.relname"
+        " WHERE i.inhparent = {}{} ORDER BY c.relname"
+    ).format(Literal(oid), chosen)
+
+
+def leaf_names(oid: int) -> Composed:
+    """The names of a partitioned table's direct partitions (schema, name): no lock taken."""
+    return SQL(
+        "SELECT n.nspname, c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE i.inhparent = {}"
+        " ORDER BY c.relname"
     ).format(Literal(oid))
 
 
+def run_table_comments(schema: str, pattern: str) -> Composed:
+    """The tables in ``schema`` whose names match a LIKE pattern, with their comments."""
+    return SQL(
+        "SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = {} AND c.relname LIKE {} AND c.relkind = 'r' ORDER BY c.relname"
+    ).format(Literal(schema), Literal(pattern))
+
+
+def drop_tables(schema: str, names: Sequence[str]) -> Composed:
+    """Drop several tables in one statement (``IF EXISTS``, no CASCADE; a partitioned one
+    takes its partitions with it)."""
+    return SQL("DROP TABLE IF EXISTS {}").format(
+        SQL(", ").join(_table(schema, name) for name in names)
+    )
+
+
 def create_partitioned_staging(
-    schema: str, staging: str, table: str, key: str, *, server_version: int
+    schema: str,
+    staging: str,
+    table: str,
+    key: str | None,
+    *,
+    server_version: int,
+    logged: bool = True,
 ) -> Composed:
-    """Staging partitioned like the target (``key``: :func:`partition_key`'s text): the
-    target's columns and defaults, no index or constraint; PostgreSQL routes each COPYed row."""
+    """A table with the target's columns and defaults (an identity column's values come from
+    the target's sequence: see :func:`default_from_sequence`), no index or constraint:
+    partitioned like the target (``key``: :func:`partition_key`'s text; PostgreSQL routes each
+    row inserted), or, with ``key`` None, a plain table (autovacuum off)."""
     include = ["DEFAULTS", "GENERATED", "STORAGE"]
     if server_version >= 140000:
         include.append("COMPRESSION")
     including = SQL(" ").join(SQL("INCLUDING " + word) for word in include)
+    if key is None:
+        return SQL("CREATE {}TABLE {} (LIKE {} {}) WITH (autovacuum_enabled = false)").format(
+            SQL("" if logged else "UNLOGGED "),
+            _table(schema, staging),
+            _table(schema, table),
+            including,
+        )
     return SQL("CREATE TABLE {} (LIKE {} {}) PARTITION BY {}").format(
         _table(schema, staging), _table(schema, table), including, SQL(key)
+    )
+
+
+def partition_key_columns(oid: int) -> Composed:
+    """A partitioned table's key, one row per key part in order: the column's name and type
+    (``format_type``), or two NULLs for an expression."""
+    return SQL(
+        "SELECT a.attname::text, format_type(a.atttypid, a.atttypmod)"
+        " FROM pg_partitioned_table p"
+        " CROSS JOIN LATERAL unnest(p.partattrs::int2[]) WITH ORDINALITY AS k(attnum, ord)"
+        " LEFT JOIN pg_attribute a ON a.attrelid = p.partrelid AND a.attnum = k.attnum"
+        " WHERE p.partrelid = {} ORDER BY k.ord"
+    ).format(Literal(oid))
+
+
+def unsupported_partition(oid: int) -> Composed:
+    """One direct partition of a partitioned table that is not a plain table (schema, name,
+    relkind: a sub-partitioned or foreign partition), or no row: one index lookup per
+    partition, no lock taken."""
+    return SQL(
+        "SELECT n.nspname, c.relname, c.relkind::text FROM pg_inherits i"
+        " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE i.inhparent = {} AND c.relkind <> 'r' ORDER BY c.relname LIMIT 1"
+    ).format(Literal(oid))
+
+
+def distinct_keys(schema: str, table: str, columns: Sequence[str], limit: int) -> Composed:
+    """Up to ``limit`` distinct values of the partition key ``columns`` in a staging table,
+    each as text (NULL stays NULL)."""
+    return SQL("SELECT DISTINCT {} FROM {} LIMIT {}").format(
+        SQL(", ").join(SQL("{}::text").format(Identifier(c)) for c in columns),
+        _table(schema, table),
+        Literal(limit),
+    )
+
+
+def partitions_for_keys(
+    schema: str, table: str, columns: Sequence[tuple[str, str]], keys: Sequence[Sequence[Any]]
+) -> Composed:
+    """The plan of a query on a partitioned table for rows with these key values
+    (``columns``: (name, type); ``keys``: each value as text or None): the partitions left
+    after the planner's partition pruning are the ones the values go to (a key that no
+    partition takes prunes every one). Run with ``enable_partition_pruning`` on."""
+
+    def part(name: str, type_: str, value: Any) -> Composed:
+        if value is None:
+            return SQL("{} IS NULL").format(Identifier(name))
+        return SQL("{} = {}::{}").format(Identifier(name), Literal(value), SQL(type_))
+
+    return SQL("EXPLAIN (FORMAT JSON, COSTS OFF, VERBOSE) SELECT 1 FROM {} WHERE {}").format(
+        _table(schema, table),
+        SQL(" OR ").join(
+            SQL("({})").format(
+                SQL(" AND ").join(part(n, t, v) for (n, t), v in zip(columns, key, strict=True))
+            )
+            for key in keys
+        ),
     )
 
 
@@ -1529,6 +1757,20 @@ def partition_of(schema: str, name: str) -> Composed:
     ).format(Literal(Identifier(schema, name).as_string()))
 
 
+def more_rows_than(schema: str, table: str, limit: int) -> Composed:
+    """Whether a table holds more than ``limit`` rows (reads at most ``limit + 1``)."""
+    return SQL("SELECT count(*) > {0} FROM (SELECT FROM {1} LIMIT {0} + 1) AS r").format(
+        Literal(limit), _table(schema, table)
+    )
+
+
+def has_user_triggers(schema: str, table: str) -> Composed:
+    """Whether a table has a trigger of a user (not one of a constraint)."""
+    return SQL(
+        "SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = {}::regclass AND NOT tgisinternal)"
+    ).format(Literal(Identifier(schema, table).as_string()))
+
+
 def has_rows(schema: str, table: str) -> Composed:
     """Whether a table holds at least one row."""
     return SQL("SELECT EXISTS (SELECT FROM {})").format(_table(schema, table))
@@ -1558,9 +1800,19 @@ def unrouted_row(
     )
 
 
+def add_partitions_check(schema: str, table: str, name: str, bounds: Sequence[str]) -> Composed:
+    """A CHECK that a row satisfies one of the partitions' constraints (``bounds``, as
+    ``pg_get_partition_constraintdef`` renders them): a row that no partition takes fails."""
+    return SQL("ALTER TABLE {} ADD CONSTRAINT {} CHECK (NOT {})").format(
+        _table(schema, table), Identifier(name), in_no_partition(bounds)
+    )
+
+
 def in_no_partition(bounds: Sequence[str]) -> Composed:
     """A row (its columns unqualified) satisfies none of the partitions' constraints
     (``bounds``, as ``pg_get_partition_constraintdef`` renders them; NULL counts as not)."""
+    if not bounds:
+        return SQL("true")
     return SQL("NOT ({})").format(
         SQL(" OR ").join(SQL("coalesce(({}), false)").format(SQL(b)) for b in bounds)
     )

@@ -44,7 +44,7 @@ from airflow_pg_bulk.driver import (
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, Settings
 
 __all__ = [
     "LoadRefusedError",
@@ -87,7 +87,12 @@ def start_session(conn: Any, application_name: str) -> None:
 
 
 def prepare(
-    conn: Any, request: LoadRequest, load_id: str, *, logical_date: str | None = None
+    conn: Any,
+    request: LoadRequest,
+    load_id: str,
+    *,
+    logical_date: str | None = None,
+    run: RunOrder | None = None,
 ) -> LoadPlan:
     """Validate the target, the source and the columns; create staging and the ledger.
 
@@ -98,8 +103,10 @@ def prepare(
     :class:`AlreadyLoadedError` (its rows would be added twice). Nothing is changed on the
     target. Returns the plan for the other steps.
 
-    :param logical_date: the DAG run's logical date (ISO 8601), recorded with the load; a
-        replace refuses to overwrite a load with a later one."""
+    :param logical_date: the DAG run's logical date (ISO 8601), recorded with the load.
+    :param run: the DAG run and its data interval (under Airflow): a replace, replace_partitions
+        or upsert refuses to replace rows a later run of the same DAG task loaded (a replace or
+        upsert here already, before anything is made; see :mod:`airflow_pg_bulk.history`)."""
     naming.check_load_id(load_id)
     schema, table = catalog.split_name(request.table)
     resumed = False
@@ -151,7 +158,10 @@ def prepare(
             upsert=key,
             file_order=[f.path for f in files],
             strategy=strategy,
+            run=run,
         )
+        if plan.mode in ("replace", "upsert"):  # the whole target: refused before any work
+            history.refuse_overwriting_newer(conn, plan)
         digest = plan.digest
         # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout
         execute(conn, sql.set_config("lock_timeout", request.settings.lock_timeout, local=True))
@@ -163,7 +173,7 @@ def prepare(
             execute(conn, sql.comment_on("TABLE", sql.qualified(schema, plan.ledger_table), digest))
         if plan.reject_table:
             catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
-        catalog.create_if_missing(conn, plan.history_table, sql.create_load_history)
+        history.ensure(conn, plan.history_table)
         conn.commit()
     except BaseException:
         rollback_quietly(conn)
@@ -416,7 +426,8 @@ def cleanup(
 ) -> list[str]:
     """Drop every table this load created (staging, ledger); never the target. Idempotent.
 
-    Each table is dropped in its own transaction under ``lock_timeout``; a drop that meets it
+    The tables are dropped in one transaction under ``lock_timeout``; when that meets it, each
+    in its own transaction; a drop that meets it
     (another session still holds a lock on the table: a killed task's backend that has not
     ended yet, a report reading staging) is tried again after ``backoff`` seconds, doubled
     each time, ``attempts`` times in all. Then :class:`TransientLoadError` names the tables
@@ -455,13 +466,27 @@ def cleanup(
 def _drop_each(
     conn: Any, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
 ) -> list[str]:
-    """Drop the run's tables one transaction each, appending to ``dropped``; return those a
-    lock timeout left."""
+    """Drop the run's tables, appending to ``dropped``; return those a lock timeout left.
+    All in one transaction (one commit whatever their number); when that meets
+    ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
     left = []
     names = [
         row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
     ]
     conn.commit()
+    if not names:
+        return left
+    try:
+        execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
+        execute(conn, sql.drop_tables(schema, names))
+        conn.commit()
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+            raise
+        rollback_quietly(conn)
+    else:
+        dropped.extend(names)
+        return left
     for name in names:
         try:
             execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))

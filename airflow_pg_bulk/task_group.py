@@ -46,6 +46,8 @@ def pg_bulk_load(
     index_workers: int | None = None,
     synchronous_commit: str = "off",
     analyze: bool = True,
+    allow_older_run: bool = False,
+    history_keep: int = 1000,
     on_error: str = "fail",
     max_rejects: int = 0,
     reject_table: str | None = None,
@@ -134,6 +136,13 @@ def pg_bulk_load(
         become visible; an in-place append or upsert after its commit, when it changed at least
         a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
         (templated)
+    :param allow_older_run: let this run replace rows that a run with a later data interval of
+        the same DAG task loaded (a deliberate reload of the past); otherwise such a run fails,
+        naming the newer load and changing nothing (see Runs that overlap). Under Airflow only:
+        the command line and ``load()`` have no data interval; default ``False``. (templated)
+    :param history_keep: loads kept per target in the load history ``pgbulk_loads``; older ones
+        are deleted after each finalize into the target (the newest load of each DAG task and
+        partition always stays: the ordering of runs needs it); default ``1000``. (templated)
     :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
         the rest load; default ``fail``. (templated)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import history, naming, offenders, sql, statistics
+from airflow_pg_bulk import catalog, history, naming, offenders, sql, statistics
 from airflow_pg_bulk.driver import execute, scalar, server_version
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError
 from airflow_pg_bulk.figures import PhaseClock
@@ -69,6 +69,8 @@ def finalize_upsert(
     with clock.phase("upsert"):
         execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
         execute(conn, sql.advisory_xact_lock(t.oid))
+        # the ordering rule, serialised with the other loads of the target by that lock
+        history.refuse_overwriting_newer(conn, plan)
         if not plan.staging_logged:
             staged = scalar(conn, sql.count_rows(t.schema, plan.staging_table))
             if staged != rows:
@@ -82,15 +84,18 @@ def finalize_upsert(
         if not latest_wins:
             _refuse_duplicates(conn, plan)
         # a partitioned target: partition by partition (RETURNING cannot read xmax through
-        # the parent), each leaf taking the staged rows its partition constraint admits
-        leaves = t.partitioning.leaves if t.partitioning else ()
-        if leaves:
-            _refuse_unrouted(conn, plan)
+        # the parent), each partition the rows go to taking the staged rows its partition
+        # constraint admits; the others are not read
+        targets: list[tuple[str, str | None]] = [(t.table, None)]
+        if t.partitioning is not None:
+            touched = catalog.partitions_of_rows(conn, t, plan.staging_table, plan.columns)
+            leaves = execute(conn, sql.leaf_partitions(t.oid, touched))
+            bounds = [constraint for _s, _n, _kind, _bound, constraint in leaves]
+            _refuse_unrouted(conn, plan, bounds)
+            targets = [(name, constraint) for _s, name, _kind, _bound, constraint in leaves]
         inserted = updated = 0
-        for table, where, drawn in [
-            (leaf.definition.table, leaf.constraint, _drawn(plan, leaf.definition))
-            for leaf in leaves
-        ] or [(t.table, None, [])]:
+        for table, where in targets:
+            drawn = [] if where is None else _drawn(conn, plan, table)
             added, changed = execute(
                 conn,
                 sql.upsert_from_staging(
@@ -123,11 +128,12 @@ def finalize_upsert(
     return inserted, updated
 
 
-def _drawn(plan: LoadPlan, leaf: TargetDefinition) -> list[tuple[str, str, str]]:
-    """The parent's identity columns not loaded that the partition ``leaf`` does not number
-    itself (before PostgreSQL 17 a partition has no identity of its parent's): (column,
-    sequence schema, name), drawn from the parent's sequence by the merge."""
-    numbered = {c.name for c in leaf.columns if c.identity}
+def _drawn(conn: Any, plan: LoadPlan, partition: str) -> list[tuple[str, str, str]]:
+    """The parent's identity columns not loaded that ``partition`` does not number itself
+    (before PostgreSQL 17 a partition has no identity of its parent's): (column, sequence
+    schema, name), drawn from the parent's sequence by the merge."""
+    settings = execute(conn, sql.column_settings(plan.target.schema, partition))
+    numbered = {name for name, identity, *_ in settings if identity}
     return [
         (s.column, s.schema, s.name)
         for s in plan.target.sequences
@@ -166,13 +172,12 @@ def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
     )
 
 
-def _refuse_unrouted(conn: Any, plan: LoadPlan) -> None:
-    """A partitioned target: refuse a staged row that no partition takes, naming it and, read
-    again from the source (:func:`airflow_pg_bulk.offenders.locate_failing`), its file and
-    line (only once such a row is found: nothing more happens before)."""
+def _refuse_unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> None:
+    """A partitioned target: refuse a staged row that none of the partitions with these
+    constraints (``bounds``: every partition a staged row can go to) takes, naming it and,
+    read again from the source (:func:`airflow_pg_bulk.offenders.locate_failing`), its file
+    and line (only once such a row is found: nothing more happens before)."""
     t = plan.target
-    assert t.partitioning is not None
-    bounds = [leaf.constraint for leaf in t.partitioning.leaves]
     if any(b is None for b in bounds):  # a lone DEFAULT partition takes every row
         return
     constraints = [b for b in bounds if b]

@@ -41,10 +41,11 @@ import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/partitioned.py
@@ -76,18 +77,28 @@ METHODS = ("floor", "copy_parent", "project", "by_hand")
 FLOOR_TABLE = "floor_copy"
 FIVE_YEARS = 60  # monthly partitions of the one_month scenario's target
 ONE_MONTH = FIVE_YEARS - 1  # the month it re-sends: the last (2024-01)
-SCENARIOS = {"year": METHODS, "one_month": ("floor", "project", "by_hand")}
+FIVE_YEARS_OF_DAYS = 1826  # daily partitions of the one_day scenario's target (--days)
+RELOAD = ("floor", "project", "by_hand", "delete_copy")
+SCENARIOS = {"year": METHODS, "one_month": RELOAD, "one_day": RELOAD}
+
+
+# the partitions' span: a month, or a day for the one_day scenario (set by main)
+_DAILY = {"on": False}
 
 
 def _month(n: int) -> tuple[date, date]:
-    """The first day of the ``n``-th month from START, and of the next."""
+    """The first day of the ``n``-th month from START, and of the next (with daily
+    partitions: the ``n``-th day from START, and the next)."""
+    if _DAILY["on"]:
+        first = START + timedelta(days=n)
+        return first, first + timedelta(days=1)
     y, m = divmod(START.month - 1 + n, 12)
     y2, m2 = divmod(START.month + n, 12)
     return date(START.year + y, m + 1, 1), date(START.year + y2, m2 + 1, 1)
 
 
 def _partition(n: int) -> str:
-    return f"{TABLE}_{_month(n)[0]:%Y_%m}"
+    return f"{TABLE}_{_month(n)[0]:{'%Y_%m_%d' if _DAILY['on'] else '%Y_%m'}}"
 
 
 def build_base(dsn: str, meters: int, months: int = MONTHS, jobs: int = 0) -> None:
@@ -276,6 +287,66 @@ def by_hand(
                 )
 
 
+def delete_copy(
+    dsn: str, files: list[Path], _partitions: int, months: Sequence[int] | None = None
+) -> None:
+    """The other hand-written way: DELETE the period's rows and COPY the file into the parent,
+    in one transaction (its PK and FK checked row by row)."""
+    months = list(range(len(files)) if months is None else months)
+    with psycopg.connect(dsn) as conn:
+        for n, path in zip(months, files, strict=True):
+            first, after = _month(n)
+            conn.execute(
+                sql.SQL("DELETE FROM {} WHERE date >= {} AND date < {}").format(
+                    sql.Identifier(SCHEMA, TABLE), sql.Literal(first), sql.Literal(after)
+                )
+            )
+            _copy_file(conn, TABLE, path)
+        conn.commit()
+
+
+class Reader:
+    """Reads one row of another partition than the loaded one every ``pause`` seconds on a
+    session of its own while a method runs; ``worst``: the longest read (seconds, as the
+    server saw it)."""
+
+    def __init__(self, dsn: str, n: int, pause: float = 0.01) -> None:
+        self._query = sql.SQL(
+            "SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()), reading"
+            " FROM {} WHERE meter_id = 5 AND date = {}"
+        ).format(sql.Identifier(SCHEMA, TABLE), sql.Literal(_month(n)[0]))
+        self._dsn, self._pause = dsn, pause
+        self._stop = threading.Event()
+        self.waits: list[float] = []
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        # each wait as the server saw it, from the statement's arrival (simple query protocol)
+        # to its row: its lock waits included, this process's own delays (the GIL it shares
+        # with the load) not
+        with psycopg.connect(
+            self._dsn, autocommit=True, cursor_factory=psycopg.ClientCursor
+        ) as conn:
+            conn.execute(self._query)  # (the session's first read builds its caches)
+            while not self._stop.is_set():
+                self.waits.append(float(conn.execute(self._query).fetchone()[0]))
+                time.sleep(self._pause)
+
+    def __enter__(self) -> Reader:
+        self._thread.start()
+        time.sleep(0.2)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        time.sleep(0.05)
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    @property
+    def worst(self) -> float:
+        return max(self.waits, default=0.0)
+
+
 def _days(months: int) -> int:
     """Days in the first ``months`` months from START."""
     return (_month(months)[0] - START).days
@@ -285,6 +356,51 @@ def _phases(summary: LoadSummary) -> dict[str, float]:
     return {k: round(v, 3) for k, v in summary.seconds.items()}
 
 
+def _run_method(
+    args: argparse.Namespace,
+    name: str,
+    months: list[int],
+    files: list[Path],
+    one_month: bool,
+    leaves: int,
+    pinning: Pinning,
+) -> dict:
+    """One timed run of method ``name`` on a fresh clone of the base; its figures."""
+    dsn = clone(args.conn, BASE, f"part_{name}")
+    _checkpoint(dsn)
+    method = {
+        "floor": floor,
+        "copy_parent": copy_parent,
+        "project": project,
+        "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
+        "delete_copy": lambda dsn, files, p: delete_copy(dsn, files, p, months),
+    }[name]
+    reader = Reader(dsn, leaves // 2) if one_month and name != "floor" else None
+    pinning.narrow()
+    try:
+        if reader is None:
+            seconds, out = _timed(lambda: method(dsn, files, args.partitions))
+        else:
+            with reader:
+                seconds, out = _timed(lambda: method(dsn, files, args.partitions))
+    finally:
+        pinning.widen()
+    count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
+    result: dict = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
+    if reader is not None:
+        result["reader_worst_ms"] = round(reader.worst * 1000, 1)
+        result["reads"] = len(reader.waits)
+    if one_month and name != "floor":  # the period re-sent: the floor table's rows?
+        result["month"] = list(result_of(dsn, _partition(months[0])))
+    if name == "project":
+        result["phases"] = _phases(out)
+    log.info("%s: %.3f s, %d rows", name, seconds, count)
+    _admin(
+        args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(f"part_{name}"))
+    )
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run each method of ``--scenario`` against ``--conn``; exit 1 when their results differ
     or a count is not the one expected."""
@@ -292,8 +408,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--conn", required=True, help="libpq DSN of the server (a superuser)")
     p.add_argument("--scenario", choices=tuple(SCENARIOS), default="year")
     p.add_argument("--meters", type=int, default=15_000)
+    p.add_argument(
+        "--days",
+        type=int,
+        default=FIVE_YEARS_OF_DAYS,
+        help="one_day: the target's daily partitions (the last one is reloaded)",
+    )
     p.add_argument("--partitions", type=int, default=2, help="the project's COPY partitions")
     p.add_argument("--methods", default=None, help="default: all of the scenario's")
+    p.add_argument(
+        "--repeat", type=int, default=1, help="runs of each method (in turn); the median is shown"
+    )
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None)
     p.add_argument(
@@ -305,7 +430,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if argv is None:  # the command line (a caller such as the tests keeps its own logging)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    one_month = args.scenario == "one_month"
+    one_month = args.scenario in ("one_month", "one_day")  # one partition reloaded
+    _DAILY["on"] = args.scenario == "one_day"
+    leaves = args.days if _DAILY["on"] else FIVE_YEARS
+    reloaded = leaves - 1  # the last partition
     methods = SCENARIOS[args.scenario]
     wanted = args.methods.split(",") if args.methods else list(methods)
     if set(wanted) - set(methods):
@@ -314,8 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     pinning = Pinning(args.pin, args.conn)
     started = time.perf_counter()
     if one_month:
-        build_base(args.conn, args.meters, FIVE_YEARS, jobs=os.cpu_count() or 1)
-        months = [ONE_MONTH]
+        build_base(args.conn, args.meters, leaves, jobs=os.cpu_count() or 1)
+        months = [reloaded]
     else:
         build_base(args.conn, args.meters)
         months = list(range(MONTHS))
@@ -323,41 +451,26 @@ def main(argv: list[str] | None = None) -> int:
     files = write_files(args.conn, workdir, args.meters, months)
     with psycopg.connect(args.conn) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
+    runs: dict[str, list[dict]] = {name: [] for name in wanted}
+    for _round in range(args.repeat):  # the methods in turn, each on a fresh clone
+        for name in wanted:
+            runs[name].append(_run_method(args, name, months, files, one_month, leaves, pinning))
     results: dict[str, dict] = {}
-    for name in wanted:
-        dsn = clone(args.conn, BASE, f"part_{name}")
-        _checkpoint(dsn)
-        method = {
-            "floor": floor,
-            "copy_parent": copy_parent,
-            "project": project,
-            "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
-        }[name]
-        pinning.narrow()
-        try:
-            seconds, out = _timed(lambda: method(dsn, files, args.partitions))  # noqa: B023
-        finally:
-            pinning.widen()
-        count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
-        results[name] = {"seconds": round(seconds, 3), "rows": count, "checksum": checksum}
-        if one_month and name != "floor":  # the month re-sent: the floor table's rows?
-            results[name]["month"] = list(result_of(dsn, _partition(ONE_MONTH)))
-        if name == "project":
-            results[name]["phases"] = _phases(out)
-        log.info("%s: %.2f s, %d rows", name, seconds, count)
-        _admin(
-            args.conn,
-            sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(f"part_{name}")),
-        )
+    for name, done in runs.items():  # the median run, with every run's seconds
+        ordered = sorted(done, key=lambda r: r["seconds"])
+        results[name] = dict(ordered[(len(ordered) - 1) // 2])
+        results[name]["runs"] = [r["seconds"] for r in done]
+        if "reader_worst_ms" in ordered[0]:
+            results[name]["reader_worst_ms"] = max(r["reader_worst_ms"] for r in done)
     _admin(args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(BASE)))
     if "project" in results:
-        for other in ("floor", "copy_parent", "by_hand"):
+        for other in ("floor", "copy_parent", "by_hand", "delete_copy"):
             if other in results:
                 results["project"][f"ratio_to_{other}"] = round(
                     results["project"]["seconds"] / results[other]["seconds"], 3
                 )
     loaded = args.meters * (_days(months[-1] + 1) - _days(months[0]))
-    expected = args.meters * _days(FIVE_YEARS) if one_month else loaded
+    expected = args.meters * _days(leaves) if one_month else loaded
     targets = {n: r for n, r in results.items() if not (one_month and n == "floor")}
     same = len({(r["rows"], r["checksum"]) for r in targets.values()}) <= 1
     counted = all(r["rows"] == expected for r in targets.values())
@@ -374,21 +487,28 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"nproc {os.cpu_count()}, {platform.machine()}, load average"
         f" {' '.join(f'{x:.2f}' for x in os.getloadavg())} at the end",
         "server": f"PostgreSQL {version}",
-        "run took": f"{time.perf_counter() - started:.0f} s; one run per method",
+        "run took": f"{time.perf_counter() - started:.0f} s; {args.repeat} run(s) of each method,"
+        " in turn; the median shown",
     }
     if one_month:
+        grain = "day" if _DAILY["on"] else "month"
         print(
-            f"One month ({loaded:,} rows, {_month(ONE_MONTH)[0]:%Y-%m}) re-sent into 5 years"
-            f" ({expected:,} rows, {FIVE_YEARS} monthly partitions), PK (id, date) + FK"
+            f"One {grain} ({loaded:,} rows, {_month(reloaded)[0]}) re-sent into"
+            f" {expected:,} rows in {leaves} partitions by {grain}, PK (id, date) + FK"
         )
     else:
         print(f"A year ({expected:,} rows) into 12 monthly partitions, PK (id, date) + FK")
     for key, value in header.items():
         print(f"  {key}: {value}")
-    print("| method | seconds | rows | same result |")
-    print("|---|---|---|---|")
+    print("| method | seconds (median) | runs | rows | same result | reader's worst wait (ms) |")
+    print("|---|---|---|---|---|---|")
     for name, r in results.items():
-        print(f"| `{name}` | {r['seconds']:.3f} | {r['rows']:,} | {'yes' if same else 'NO'} |")
+        worst = r.get("reader_worst_ms", "")
+        every = ", ".join(f"{x:.3f}" for x in r["runs"])
+        print(
+            f"| `{name}` | {r['seconds']:.3f} | {every} | {r['rows']:,}"
+            f" | {'yes' if same else 'NO'} | {worst} |"
+        )
     ours = results.get("project", {})
     for key, value in ours.items():
         if key.startswith("ratio_to_"):

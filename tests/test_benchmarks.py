@@ -107,12 +107,31 @@ def test_partitioned_benchmark_one_month_replaces_that_month(pg_dsn: str, tmp_pa
     code = partitioned.main([*argv, "--workdir", str(tmp_path), "--json", str(out)])
     results = json.loads(out.read_text())["results"]
     assert code == 0  # same target both ways, the month's partition holds the floor's rows
-    assert set(results) == {"floor", "project", "by_hand"}
+    assert set(results) == {"floor", "project", "by_hand", "delete_copy"}
     month = [20 * 31, results["floor"]["checksum"]]  # 2024-01, as sent
     assert results["project"]["month"] == results["by_hand"]["month"] == month
+    assert results["delete_copy"]["month"] == month
     five_years = {(r["rows"], r["checksum"]) for n, r in results.items() if n != "floor"}
     assert len(five_years) == 1 and five_years.pop()[0] == 20 * 1826
-    assert {"prepare", "copy", "swap"} <= set(results["project"]["phases"])
+    assert {"prepare", "copy", "route", "swap"} <= set(results["project"]["phases"])
+    assert all(results[n]["reads"] > 0 for n in ("project", "by_hand", "delete_copy"))
+
+
+def test_partitioned_benchmark_one_day_replaces_that_day(pg_dsn: str, tmp_path: Path) -> None:
+    """The one_day scenario at a tiny size: 40 daily partitions of 20 meters, the last day
+    re-sent; every way leaves the same target, whose day is the file's, while a reader of
+    another day is timed."""
+    from benchmarks import partitioned
+
+    out = tmp_path / "one_day.json"
+    argv = ["--conn", pg_dsn, "--scenario", "one_day", "--days", "40", "--meters", "20"]
+    code = partitioned.main([*argv, "--workdir", str(tmp_path), "--json", str(out)])
+    results = json.loads(out.read_text())["results"]
+    assert code == 0
+    day = [20, results["floor"]["checksum"]]
+    assert all(results[n]["month"] == day for n in ("project", "by_hand", "delete_copy"))
+    assert {r["rows"] for n, r in results.items() if n != "floor"} == {20 * 40}
+    assert all(results[n]["reader_worst_ms"] >= 0 for n in ("project", "by_hand", "delete_copy"))
 
 
 @pytest.mark.slow  # starts its own S3 server and loads four times: CI pass 1 only

@@ -228,6 +228,7 @@ def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
         "pg_bulk_mapped_group",
         "pg_bulk_mapped_operators",
         "pg_bulk_task_surface",
+        "pg_bulk_run_order",
     }
     prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_operators").get_task("prepare")
     assert prepare.partial_kwargs["mode"] == "append"

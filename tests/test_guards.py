@@ -693,7 +693,7 @@ def test_reject_table_made_before_needs_only_insert_on_it(db, login_role, tmp_pa
         path = _write(tmp_path, "items.csv", ["1,a", "x,bad id", "3,c"])
         # the first load also made the load history: another role must be let write it
         with pytest.raises(
-            LoadRefusedError, match=r"GRANT SELECT, INSERT, UPDATE ON .*pgbulk_loads"
+            LoadRefusedError, match=r"GRANT SELECT, INSERT, UPDATE, DELETE ON .*pgbulk_loads"
         ):
             runner.load(
                 login_role["dsn"], db.table("items"), str(path), mode="replace",
@@ -701,7 +701,10 @@ def test_reject_table_made_before_needs_only_insert_on_it(db, login_role, tmp_pa
             )  # fmt: skip
         assert _state(db, "items") == before
         assert leftovers(db) == []
-        _run(db, "GRANT SELECT, INSERT, UPDATE ON {s}.pgbulk_loads TO {r}", r=login_role["name"])
+        _run(
+            db, "GRANT SELECT, INSERT, UPDATE, DELETE ON {s}.pgbulk_loads TO {r}",
+            r=login_role["name"],
+        )  # fmt: skip
 
         try:
             summary = runner.load(

@@ -17,7 +17,7 @@ import pytest
 from helpers import catalog_snapshot, leftovers, write_csv
 from psycopg import sql as psql
 
-from airflow_pg_bulk import runner, sql, steps
+from airflow_pg_bulk import partitioned, runner, sql, steps
 from airflow_pg_bulk.driver import connect as connect_driver
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -211,9 +211,21 @@ def filenodes(db: Any) -> dict[str, int]:
 MODES = ["replace_partitions", "replace", "append", "upsert"]
 
 
+@pytest.fixture
+def swapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every partition that receives rows is built beside the target and swapped in, however
+    few its rows (by default a partition of up to IN_PLACE_ROWS rows is loaded in place)."""
+    monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+
+
+@pytest.mark.parametrize("way", ["in_place", "swap"])
 @pytest.mark.parametrize("kind", list(KINDS))
 @pytest.mark.parametrize("mode", MODES)
-def test_each_mode_matches_plain_sql(db, pg_dsn, tmp_path, kind, mode):
+def test_each_mode_matches_plain_sql(db, pg_dsn, tmp_path, monkeypatch, kind, mode, way):
+    """Both ways of loading a partition (in place, or built beside and swapped in) give the
+    same rows and keep the partitions' catalog."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
     setup_target(db, kind)
     path = write_csv(tmp_path / "load.csv", loaded_rows(db, kind, mode))
     expected = reference(db, kind, mode, path)
@@ -246,6 +258,7 @@ def _snapshot(db: Any) -> tuple[Any, ...]:
     )
 
 
+@pytest.mark.usefixtures("swapping")
 def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, pg_dsn, tmp_path, caplog):
     """On psycopg2 (most tests here use psycopg 3), the daily reload: the same load twice
     gives the same table. In one process the partitions are built side by side, each on a
@@ -286,14 +299,19 @@ def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
     assert _snapshot(db) == before
     assert leftovers(db) == []
 
-    # with on_error="reject", it is set aside like a bad value and the rest loads
+    # with on_error="reject", it is set aside like a bad value and the rest loads (staging
+    # is one plain table: a CHECK that a row is in one of the partitions sets it aside)
     summary = runner.load(
         pg_dsn, db.table("readings"), str(path), mode="replace_partitions",
         on_error="reject", max_rejects=1,
     )  # fmt: skip
     assert (summary.rows, summary.rejects) == (len(data), 1)
     assert db.run(psql.SQL("SELECT line, error FROM {}").format(db.ident("pgbulk_rejects"))) == [
-        (51, 'no partition of relation "readings" found for row')
+        (
+            51,
+            'new row for relation "readings" violates check constraint'
+            ' "the partitions of readings"',
+        )
     ]
     assert leftovers(db) == []
 
@@ -325,6 +343,7 @@ def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path)
 
 
 STEPS = [
+    ("replace_partitions", "insert_from_staging"),  # routing the rows to their partitions
     ("replace_partitions", "add_constraint"),  # its foreign key, after its indexes
     ("replace_partitions", "validate_constraint"),
     ("replace_partitions", "attach_partition"),  # in the swap's transaction
@@ -332,6 +351,14 @@ STEPS = [
     ("replace", "truncate"),  # emptying a partition that received no row
     ("append", "insert_from_staging"),  # the in-place append into a non-empty partition
     ("append", "attach_partition"),  # the empty partition's attach
+]
+# the same, each partition loaded in place (few rows)
+IN_PLACE_STEPS = [
+    ("replace_partitions", "more_rows_than"),  # routing: in place or swapped?
+    ("replace_partitions", "truncate"),  # emptying a partition before its rows go in
+    ("replace_partitions", "insert_from_staging"),
+    ("replace_partitions", "mark_finalized"),
+    ("append", "insert_from_staging"),
 ]
 
 
@@ -346,11 +373,27 @@ def _start(db: Any, mode: str, tmp_path: Path) -> tuple[Path, tuple[int, str]]:
 
 
 @pytest.mark.parametrize(("mode", "step"), STEPS, ids=[f"{m}-{s}" for m, s in STEPS])
+@pytest.mark.usefixtures("swapping")
 def test_a_failure_at_each_step_leaves_the_target_and_finalize_retried_goes_on(
     db, pg_dsn, tmp_path, monkeypatch, mode, step
 ):
     """finalize fails at ``step``: the target is as it was; finalize run again (what was
     built is kept) loads exactly once; cleanup then drops everything the run made."""
+    _fail_then_retry(db, pg_dsn, tmp_path, monkeypatch, mode, step)
+
+
+@pytest.mark.parametrize(
+    ("mode", "step"), IN_PLACE_STEPS, ids=[f"{m}-{s}" for m, s in IN_PLACE_STEPS]
+)
+def test_a_failure_at_each_step_in_place_leaves_the_target_and_finalize_retried_goes_on(
+    db, pg_dsn, tmp_path, monkeypatch, mode, step
+):
+    _fail_then_retry(db, pg_dsn, tmp_path, monkeypatch, mode, step)
+
+
+def _fail_then_retry(
+    db: Any, pg_dsn: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, step: str
+) -> None:
     path, expected = _start(db, mode, tmp_path)
     before = _snapshot(db)
     request = LoadRequest(mode=mode, table=db.table("readings"), source=(str(path),), partitions=2)
@@ -413,6 +456,7 @@ def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):
     assert leftovers(db) == []
 
 
+@pytest.mark.usefixtures("swapping")
 def test_append_attaches_into_an_empty_partition_and_attach_skips_its_scan(db, pg_dsn, tmp_path):
     """An empty partition that receives rows is swapped in by ATTACH (new relfilenode, same
     catalog), whose scan the CHECK made while empty skips (the server says so at DEBUG1); a
@@ -538,6 +582,7 @@ def test_append_by_a_role_that_does_not_own_the_target_goes_in_place(db, pg_dsn,
     assert leftovers(db) == []
 
 
+@pytest.mark.usefixtures("swapping")
 def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
     """A transaction reading the target holds the swap off: finalize gives up after
     lock_timeout with a retryable error, the target as it was; the reader was never blocked."""
@@ -561,7 +606,7 @@ def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
 
 def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db, pg_dsn, tmp_path):
     """As an INSERT into the target would: the loaded rows draw from its identity sequence,
-    which goes on from there; an error in a staging partition names the target's partition."""
+    which goes on from there; an error in staging names the target."""
     t = db.ident("events")
     db.run(
         psql.SQL(
@@ -595,7 +640,7 @@ def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db,
     runner.load(pg_dsn, db.table("events"), str(more), mode="append")
     assert db.scalar(psql.SQL("SELECT note FROM {} WHERE id = 100").format(t)) == "given"
     bad = write_csv(tmp_path / "bad.csv", [("2024-01-07", "x"), ("2024-01-08", None)])
-    with pytest.raises(BadDataError, match=r"bad.csv line 2.*events_0") as failed:
+    with pytest.raises(BadDataError, match=r"bad.csv line 2.*relation \"events\"") as failed:
         runner.load(
             pg_dsn, db.table("events"), str(bad), mode="replace_partitions", columns=["day", "note"]
         )
@@ -603,6 +648,7 @@ def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db,
     assert leftovers(db) == []
 
 
+@pytest.mark.usefixtures("swapping")
 def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_untouched(
     db, pg_dsn, tmp_path
 ):
@@ -618,4 +664,51 @@ def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_un
     assert "readings_p" in message and "_pkey" in message and f"({data[3][0]}," in message, message
     assert "_pgbulk_" not in message, message
     assert _snapshot(db) == before
+    assert leftovers(db) == []
+
+
+@pytest.mark.parametrize("order", ["forward", "reverse"])
+@pytest.mark.parametrize("way", ["in_place", "swap"])
+def test_overlapping_loads_into_disjoint_partitions_all_succeed(
+    db, pg_dsn, tmp_path, monkeypatch, way, order
+):
+    """Three replace_partitions loads (three runs of a daily DAG, say), each of its own
+    partition, all prepared and COPYed before the first finalize: each finalizes, in either
+    order (a swap gives a partition a new oid, which no other load compares), and each
+    partition holds exactly its load's rows; the partition no load touches is as it was."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+    setup_target(db, "range")
+    untouched = (filenodes(db)["readings_p0"], catalog_snapshot(db, "readings_p0"))
+    p0_rows = db.checksum("readings_p0", ", ".join(COLUMNS))
+    conn = connect_driver(pg_dsn)
+    sent: dict[int, list[tuple[Any, ...]]] = {}
+    plans = []
+    for n in (1, 2, 3):  # partition n holds month n + 1 of 2024
+        sent[n] = [row for row in (_row(i, bump=n) for i in range(1, 401)) if row[1].month == n + 1]
+        path = write_csv(tmp_path / f"p{n}.csv", sent[n])
+        request = LoadRequest(
+            mode="replace_partitions", table=db.table("readings"), source=(str(path),)
+        )
+        plan = steps.prepare(conn, request, f"{n:012x}")
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        plans.append(plan)
+
+    for plan in plans if order == "forward" else plans[::-1]:
+        summary = steps.finalize(conn, plan)
+        assert summary.rows == len(sent[int(plan.load_id, 16)])
+    for plan in plans:
+        steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+
+    for n, rows in sent.items():
+        got = db.run(
+            psql.SQL("SELECT id, day, region, site, value::text, note FROM {} ORDER BY id").format(
+                db.ident(f"readings_p{n}")
+            )
+        )
+        assert got == sorted(rows), f"readings_p{n}"
+    assert (filenodes(db)["readings_p0"], catalog_snapshot(db, "readings_p0")) == untouched
+    assert db.checksum("readings_p0", ", ".join(COLUMNS)) == p0_rows
     assert leftovers(db) == []

@@ -1,4 +1,5 @@
-"""Readers are not stalled by the swap while autovacuum works on the target.
+"""Readers are not stalled by a load: by the swap while autovacuum works on the target, and
+by a daily reload of a table of 1,826 daily partitions (a reader of another day).
 
 After a big load autovacuum works on the new table by itself. A replace's ACCESS EXCLUSIVE
 request then waits ``deadlock_timeout`` (1 s) for PostgreSQL to cancel the autovacuum, and
@@ -15,6 +16,7 @@ bound is the stall's own size: no read may wait anywhere near deadlock_timeout.
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 import uuid
@@ -27,7 +29,7 @@ from helpers import create_items, plain_copy_checksum, rows, write_csv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from airflow_pg_bulk import runner
+from airflow_pg_bulk import partitioned, runner
 
 STALL = 0.5  # seconds: half of deadlock_timeout, five times the benchmark's target
 
@@ -133,3 +135,115 @@ def test_the_swap_does_not_stall_readers_while_autovacuum_works_on_the_target(
     worst = max(waits)
     print(f"worst reader wait {worst * 1000:.0f} ms over {len(waits)} reads")
     assert worst < STALL, f"a reader waited {worst * 1000:.0f} ms during the load"
+
+
+DAYS = 1826  # five years of daily partitions
+DAY0 = "2019-01-01"
+READER_BOUND = 0.1  # seconds a reader of another partition may wait during the whole load
+
+
+def _daily_target(db: Database) -> None:
+    """``meters`` (2,000) and ``readings`` partitioned by day into DAYS partitions (made by one
+    DO block: one statement), PK (meter_id, day) and FK to meters, 5 meters' rows a day."""
+    db.run(sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(db.ident("meters")))
+    db.run(sql.SQL("INSERT INTO {} SELECT generate_series(1, 2000)").format(db.ident("meters")))
+    db.run(
+        sql.SQL(
+            "CREATE TABLE {} (meter_id integer NOT NULL REFERENCES {}, day date NOT NULL,"
+            " reading double precision, PRIMARY KEY (meter_id, day)) PARTITION BY RANGE (day)"
+        ).format(db.ident("readings"), db.ident("meters"))
+    )
+    db.run(
+        sql.SQL(
+            "DO $$ DECLARE s text := {}; d date := {}; BEGIN FOR i IN 0..{} LOOP EXECUTE"
+            " format('CREATE TABLE %I.%I PARTITION OF %I.readings FOR VALUES FROM (%L) TO (%L)',"
+            " s, 'readings_' || to_char(d + i, 'YYYYMMDD'), s, d + i, d + i + 1); END LOOP;"
+            " END $$"
+        ).format(sql.Literal(db.schema), sql.Literal(DAY0), sql.Literal(DAYS - 1))
+    )
+    db.run(
+        sql.SQL(
+            "INSERT INTO {} SELECT m, date {} + d, 1 FROM generate_series(1, 5) m,"
+            " generate_series(0, {}) d"
+        ).format(db.ident("readings"), sql.Literal(DAY0), sql.Literal(DAYS - 1))
+    )
+
+
+def _drop_in_chunks(db: Database) -> None:
+    """Drop the partitions a few hundred at a time (dropping the schema at once would need
+    a lock per partition and index: more than the server's lock table holds)."""
+    names = [
+        row[0]
+        for row in db.run(
+            "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+            " WHERE i.inhparent = %s::regclass",
+            db.table("readings"),
+        )
+    ]
+    for start in range(0, len(names), 300):
+        db.run(
+            sql.SQL("DROP TABLE {}").format(
+                sql.SQL(", ").join(db.ident(name) for name in names[start : start + 300])
+            )
+        )
+
+
+def _read_other_day(dsn: str, target: str, stop: threading.Event, waits: list[float]) -> None:
+    """Read one row of a day in the middle every 5 ms; each wait as the server saw it (from
+    the statement's arrival to its row: its locks included, the client's own delays not;
+    the simple query protocol, so that the statement's start is its arrival)."""
+    with psycopg.connect(dsn, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        query = sql.SQL(
+            "SELECT extract(epoch FROM clock_timestamp() - statement_timestamp()), reading"
+            " FROM {} WHERE meter_id = 5 AND day = date {} + {}"
+        ).format(sql.SQL(target), sql.Literal(DAY0), sql.Literal(DAYS // 2))
+        conn.execute(query)  # (the session's first read of the table builds its caches)
+        while not stop.is_set():
+            waits.append(float(conn.execute(query).fetchone()[0]))
+            time.sleep(0.005)
+
+
+@pytest.mark.parametrize("way", ["in_place", "swap"])
+def test_a_daily_reload_of_1826_partitions_keeps_readers_of_other_days_waiting_under_100ms(
+    db, pg_dsn, tmp_path, monkeypatch, way
+):
+    """replace_partitions of the last day's 2,000 rows into a table of 1,826 daily partitions
+    while another session reads another day every 5 ms: the day holds exactly the loaded
+    rows, and ``in_place`` (the daily reload's way: few rows go in place, no lock on the
+    parent that a reader waits for) no read waits 100 ms or more. ``swap`` (the way of a
+    partition of more than IN_PLACE_ROWS rows, forced here: the day built beside it and
+    swapped in, ACCESS EXCLUSIVE on the parent from DETACH to COMMIT only): no read waits
+    1 s (measured: 110 ms on a busy 2-core machine; 26 s before the swap stopped capturing
+    every partition under that lock)."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+    _daily_target(db)
+    last = (datetime.date.fromisoformat(DAY0) + datetime.timedelta(days=DAYS - 1)).isoformat()
+    path = write_csv(tmp_path / "day.csv", [(m, last, m / 2) for m in range(1, 2001)])
+
+    stop, waits = threading.Event(), []
+    reader = threading.Thread(
+        target=_read_other_day, args=(pg_dsn, db.table("readings"), stop, waits)
+    )
+    reader.start()
+    try:
+        time.sleep(0.3)
+        summary = runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions")
+        time.sleep(0.1)
+        day = db.ident("readings_" + last.replace("-", ""))
+        loaded = db.run(sql.SQL("SELECT count(*), sum(reading) FROM {}").format(day))
+    finally:
+        stop.set()
+        reader.join(timeout=30)
+        _drop_in_chunks(db)
+
+    assert summary.rows == 2000
+    assert loaded == [(2000, sum(m / 2 for m in range(1, 2001)))]
+    assert len(waits) > 20
+    worst = max(waits)
+    print(f"{way}: worst reader wait {worst * 1000:.1f} ms over {len(waits)} reads")
+    # a swap holds the parent from DETACH to COMMIT: DETACH and ATTACH of a partition of a
+    # 1,826-partition table take tens of ms each (as by hand), so the bound is the daily
+    # reload's way (in place); a swap must stay within a few of them, not grow with the load
+    bound = READER_BOUND if way == "in_place" else 10 * READER_BOUND
+    assert worst < bound, f"a reader of another day waited {worst * 1000:.0f} ms"

@@ -42,7 +42,7 @@ def kind(language: str, code: str) -> str:
     if language == "python":
         if 'format="parquet"' in code:
             return "parquet"
-        if "replace_partitions" in code:
+        if "replace_partitions" in code and "@dag" not in code:
             return "partitioned"
         hand_wired = "Operator(" in code or "Operator.partial(" in code
         return "dag" if "@dag" in code or "DAG(" in code or hand_wired else "python"

@@ -5,7 +5,7 @@ COPY tasks re-run only when they are cleared too. These tests play each such seq
 the steps themselves against the real server: a prepare run again keeps a ledger made for
 the same plan (and the partitions committed in it), finalize loads the partitions a cleared
 run lacks, an append finalized before is never appended twice, and a replace never
-overwrites the rows of a load with a later logical date.
+overwrites the rows of a load of a later run.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from helpers import create_items, leftovers, plain_copy_checksum, rows, write_cs
 from psycopg import sql
 
 from airflow_pg_bulk import naming, steps
-from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError
-from airflow_pg_bulk.plan import LoadPlan, request_from_options
+from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError, OlderRunError
+from airflow_pg_bulk.plan import LoadPlan, RunOrder, request_from_options
 
 PARTITIONS = 3
 
@@ -164,28 +164,30 @@ def test_clearing_a_finished_replace_loads_the_files_again(db, conn, tmp_path):
     assert leftovers(db) == []
 
 
-def test_a_replace_never_overwrites_a_later_logical_date(db, conn, tmp_path):
+def _run(day: int) -> RunOrder:
+    """A run of one daily DAG task: its data interval is the day."""
+    start = f"2026-11-{day:02d}T00:00:00+00:00"
+    return RunOrder("dag.load.prepare", f"scheduled__{start}", start, start)
+
+
+def test_a_replace_never_overwrites_a_later_run(db, conn, tmp_path):
     create_items(db)
     newer = write_csv(tmp_path / "newer.csv", rows(1500, seed=10))
     older = write_csv(tmp_path / "older.csv", rows(1000, seed=11))
     expected = plain_copy_checksum(db, newer, "FORMAT csv")
     old_id, new_id = naming.new_load_id(), naming.new_load_id()
     # the older run prepared and copied first, then the newer run finished before it
-    old_plan = steps.prepare(
-        conn, _request(db, older, "replace"), old_id, logical_date="2026-11-01T00:00:00+00:00"
-    )
+    old_plan = steps.prepare(conn, _request(db, older, "replace"), old_id, run=_run(1))
     _copy_all(conn, old_plan)
-    _whole_run(conn, db, newer, "replace", new_id, logical_date="2026-11-02T00:00:00+00:00")
+    _whole_run(conn, db, newer, "replace", new_id, run=_run(2))
 
-    with pytest.raises(LoadRefusedError, match=f"load {new_id} .*later run|later run.*{new_id}"):
+    with pytest.raises(OlderRunError, match=f"load {new_id} .*later run|later run.*{new_id}"):
         steps.finalize(conn, old_plan)
     steps.cleanup(conn, db.schema, old_id)
 
     assert db.checksum("items") == expected
     assert leftovers(db) == []
-    # a run with a later logical date, or none (in-process), replaces as ever
+    # a run with a later data interval, or none (in-process), replaces as ever
     latest = write_csv(tmp_path / "latest.csv", rows(700, seed=12))
-    _whole_run(
-        conn, db, latest, "replace", naming.new_load_id(), logical_date="2026-11-03T00:00:00Z"
-    )
+    _whole_run(conn, db, latest, "replace", naming.new_load_id(), run=_run(3))
     assert db.checksum("items") == plain_copy_checksum(db, latest, "FORMAT csv", name="ref2")

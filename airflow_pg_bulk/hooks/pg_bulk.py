@@ -12,7 +12,7 @@ from airflow_pg_bulk import naming
 
 if TYPE_CHECKING:  # the steps (and with them the SQL and splitting) are imported when run
     from airflow_pg_bulk.figures import LoadSummary, PartitionResult
-    from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+    from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder
 
 
 class PgBulkHook(PostgresHook):
@@ -70,16 +70,18 @@ class PgBulkHook(PostgresHook):
         load_id: str,
         *,
         logical_date: str | None = None,
+        run: RunOrder | None = None,
         application_name: str | None = None,
     ) -> LoadPlan:
         """Validate, capture the target's definition, create staging; return the plan.
 
-        :param logical_date: the DAG run's logical date (ISO 8601), kept with the load."""
+        :param logical_date: the DAG run's logical date (ISO 8601), kept with the load.
+        :param run: the DAG run and its data interval, for the ordering rule."""
         from airflow_pg_bulk import steps
 
         name = application_name or naming.application_name(load_id, "prepare")
         with self._bulk_connection(name) as conn:
-            return steps.prepare(conn, request, load_id, logical_date=logical_date)
+            return steps.prepare(conn, request, load_id, logical_date=logical_date, run=run)
 
     def copy_partition(
         self,

@@ -26,6 +26,7 @@ from airflow_pg_bulk.plan import (
     LoadRequest,
     Mode,
     Partition,
+    RunOrder,
     request_from_options,
 )
 
@@ -110,6 +111,25 @@ def logical_date(context: Context) -> str | None:
         dag_run = context.get("dag_run")
         when = getattr(dag_run, "run_after", None)
     return when.isoformat() if when is not None else None
+
+
+def run_order(context: Context, prepare_task_id: str) -> RunOrder | None:
+    """The run's place in the ordering rule: the scope ``<dag_id>.<prepare task id>``, the run
+    id and its data interval. A run without a data interval (Airflow 3 gives none to a manual
+    run triggered without a logical date) is the instant it was triggered (its ``run_after``):
+    loads are then ordered by when they were asked for. None when neither is known."""
+    start, end = context.get("data_interval_start"), context.get("data_interval_end")
+    if start is None or end is None:
+        when = context.get("logical_date") or getattr(context.get("dag_run"), "run_after", None)
+        if when is None:
+            return None
+        start = end = when
+    return RunOrder(
+        scope=f"{context['dag'].dag_id}.{prepare_task_id}",
+        run_id=str(context["run_id"]),
+        interval_start=start.isoformat(),
+        interval_end=end.isoformat(),
+    )
 
 
 def session_name(context: Context, load_id: str) -> str:
@@ -232,6 +252,13 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         become visible; an in-place append or upsert after its commit, when it changed at least
         a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
         (templated)
+    :param allow_older_run: let this run replace rows that a run with a later data interval of
+        the same DAG task loaded (a deliberate reload of the past); otherwise such a run fails,
+        naming the newer load and changing nothing (see Runs that overlap). Under Airflow only:
+        the command line and ``load()`` have no data interval; default ``False``. (templated)
+    :param history_keep: loads kept per target in the load history ``pgbulk_loads``; older ones
+        are deleted after each finalize into the target (the newest load of each DAG task and
+        partition always stays: the ordering of runs needs it); default ``1000``. (templated)
     :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
         value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
         the rest load; default ``fail``. (templated)
@@ -278,6 +305,8 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         index_workers: int | None = None,
         synchronous_commit: str = "off",
         analyze: bool = True,
+        allow_older_run: bool = False,
+        history_keep: int = 1000,
         on_error: str = "fail",
         max_rejects: int = 0,
         reject_table: str | None = None,
@@ -323,6 +352,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
                     request,
                     load_id,
                     logical_date=logical_date(context),
+                    run=run_order(context, self.task_id),
                     application_name=session_name(context, load_id),
                 )
         except AirflowFailException as exc:
