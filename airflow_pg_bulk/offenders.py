@@ -166,18 +166,20 @@ def _checks(
     found = execute(conn, sql.violated_constraint(t.oid, name))
     # a partitioned target: the server names a partition's constraint (pq_p0_pkey: its share
     # of the parent's key; a CHECK or foreign key of the partition alone)
-    leaf = None
-    for candidate in t.partitioning.leaves if t.partitioning and not found else ():
-        found = execute(conn, sql.violated_constraint(candidate.definition.oid, name))
-        if found:
-            leaf = candidate
-            break
+    # (looked up in the catalog, not among the captured partitions: a partition loaded in
+    # place is not captured)
+    leaf: tuple[int, str, str | None] | None = None
+    if not found and t.partitioning is not None:
+        owner = execute(conn, sql.partition_with_constraint(t.oid, name))
+        if owner:
+            leaf = owner[0]
+            found = execute(conn, sql.violated_constraint(leaf[0], name))
     if not found:
         return None
     kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression, shared = found[0]
     key = list(key)
     # a constraint of one partition alone holds for the rows routed to it only
-    only = leaf.constraint if leaf is not None and not shared else None
+    only = leaf[2] if leaf is not None and not shared else None
     within: list[sql.Composable] = [sql.in_partition(only)] if only else []
     if kind == "c":
         return [_failing(_within(sql.check_fails(expression), within))]
@@ -214,7 +216,7 @@ def _checks(
     # (a replace_partitions replaces whole partitions, and a key of a partitioned table holds
     # within each: the loaded rows never meet the target's)
     if plan.mode not in ("replace", "replace_partitions"):
-        table = leaf.definition.table if only and leaf is not None else t.table
+        table = leaf[1] if only and leaf is not None else t.table
         target = sql.conflicts_with_target(t.schema, table, key, ops, same=same)
         checks.append(dataclasses.replace(_failing(_within(target, within)), shape="target"))
     return checks

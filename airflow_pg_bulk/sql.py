@@ -1305,6 +1305,21 @@ def violated_constraint(oid: int, name: str) -> Composed:
     ).format(oid=Literal(oid), name=Literal(name))
 
 
+def partition_with_constraint(oid: int, name: str) -> Composed:
+    """The direct partition of the partitioned table ``oid`` that has a constraint or an index
+    named ``name`` (its share of the parent's key, or a constraint of its own): its oid, name
+    and partition constraint; one catalog lookup by name, whatever the number of partitions."""
+    return SQL(
+        "SELECT c.oid::int8, c.relname::text, pg_get_partition_constraintdef(c.oid)"
+        " FROM pg_inherits h JOIN pg_class c ON c.oid = h.inhrelid"
+        " WHERE h.inhparent = {oid} AND (EXISTS (SELECT 1 FROM pg_constraint con"
+        "   WHERE con.conrelid = c.oid AND con.conname = {name})"
+        " OR EXISTS (SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid"
+        "   WHERE i.indrelid = c.oid AND ic.relname = {name}))"
+        " LIMIT 1"
+    ).format(oid=Literal(oid), name=Literal(name))
+
+
 def _operator(op: tuple[str, str] | None) -> Composable:
     """``=``, or ``OPERATOR(schema.op)`` for an exclusion constraint's operator."""
     if op is None:
