@@ -79,9 +79,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
         elif partitioned.partitioned_staging(plan):
             if sessions is not None:  # the partitions to swap, built side by side first
                 with clock.phase("build_partitions"):
-                    partitioned.build_in_parallel(
-                        sessions.open, plan, partitioned.side_by_side(plan)
-                    )
+                    partitioned.build_in_parallel(sessions, plan, partitioned.side_by_side(plan))
             partitioned.finalize_partitioned(conn, plan, clock, rows, nbytes, rejected)
         elif plan.mode == "replace":
             _finalize_replace(conn, plan, clock, rows, nbytes, rejected, sessions)
