@@ -360,6 +360,9 @@ class Settings(PlainData):
         in-place load does).
     :param index_workers: parallel maintenance workers per index build in finalize; None:
         sized from the server (:func:`airflow_pg_bulk.fanout.size_builds`).
+    :param abandoned_after: how long another load into the same target may go without a sign
+        of life before prepare drops its tables (PostgreSQL interval; see
+        :func:`airflow_pg_bulk.steps.drop_abandoned`).
     """
 
     lock_timeout: str = "30s"
@@ -367,6 +370,7 @@ class Settings(PlainData):
     synchronous_commit: str = "off"
     analyze: bool = True
     index_workers: int | None = None
+    abandoned_after: str = "1d"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`; finaliz
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -108,6 +109,7 @@ def prepare(
         catalog.refuse_unsupported(target, request.mode)
         catalog.refuse_without_privileges(conn, target, request.mode)
         history.refuse_without_access(conn, schema)
+        _seconds(conn, "abandoned_after", request.settings.abandoned_after)  # a valid interval
         if request.mode == "append":
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
@@ -160,7 +162,9 @@ def prepare(
             _drop_run_tables(conn, schema, load_id)
             _create_staging(conn, plan)
             execute(conn, sql.create_ledger(schema, plan.ledger_table))
-            execute(conn, sql.comment_on("TABLE", sql.qualified(schema, plan.ledger_table), digest))
+            comment = ledger_comment(digest, target.qualified, scalar(conn, sql.now_epoch()))
+            ledger = sql.qualified(schema, plan.ledger_table)
+            execute(conn, sql.comment_on("TABLE", ledger, comment))
         if plan.reject_table:
             catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
         catalog.create_if_missing(conn, plan.history_table, sql.create_load_history)
@@ -168,6 +172,7 @@ def prepare(
     except BaseException:
         rollback_quietly(conn)
         raise
+    drop_abandoned(conn, plan)
     log.info(
         "Prepared load %s into %s (%s%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
         load_id,
@@ -182,6 +187,113 @@ def prepare(
         "; kept from an earlier attempt, with its committed partitions" if resumed else "",
     )
     return plan
+
+
+def _seconds(conn: Any, name: str, interval: str) -> float:
+    """A PostgreSQL interval option in seconds; refused when it is not an interval."""
+    try:
+        seconds = float(scalar(conn, sql.interval_seconds(interval)))
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        raise LoadRefusedError(
+            f"{name}={interval!r} is not a PostgreSQL interval (e.g. '1d', '12h', '30 min'): "
+            f"{server_error(exc).message}"
+        ) from None
+    if seconds < 0:
+        raise LoadRefusedError(f"{name}={interval!r} is negative")
+    return seconds
+
+
+def ledger_comment(digest: str, target: str, prepared_at: float) -> str:
+    """The ledger's comment: the plan's digest on its first line (what a step checks its plan
+    against), then what the next loads read to tell a live load from an abandoned one: the
+    target and prepare's time (the server's clock, epoch seconds)."""
+    return digest + "\n" + json.dumps({"target": target, "prepared_at": prepared_at})
+
+
+def _comment_record(comment: str | None) -> dict[str, Any] | None:
+    """What :func:`ledger_comment` wrote after the digest; None for a ledger without it."""
+    _digest, _, record = (comment or "").partition("\n")
+    try:
+        found = json.loads(record)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+LEFTOVER_LOCK_TIMEOUT = "100ms"  # a leftover locked that long is in use: left alone
+
+
+def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
+    """Drop the tables other loads into the same target left behind (a crashed load's staging,
+    a finalized load whose cleanup failed), never those of a load that may still be running.
+    Returns the names dropped. Runs at the end of prepare, in transactions of its own.
+
+    Another load's tables (found by its ledger, which names the target: cleanup drops the
+    ledger last) are dropped when **none** of its sessions is connected
+    (``application_name`` ``pgbulk:<its load id>:…``), **no** session holds a lock on its
+    ledger (a COPY holds one until it commits; waited for :data:`LEFTOVER_LOCK_TIMEOUT`), and
+    it is **finalized** (its rows are in, what is left is what its cleanup did not drop) or
+    has shown **no sign of life for** ``abandoned_after`` (neither its prepare nor any COPY
+    committed since). Its ledger is locked first and everything is dropped in one transaction,
+    so a step of that load starting meanwhile waits and then finds no ledger: it fails saying
+    so (the target untouched), it never loads into half-dropped tables. A load whose tables
+    cannot be dropped (locked, another role's) is skipped with a warning."""
+    t = plan.target
+    dropped: list[str] = []
+    try:
+        ledgers = execute(conn, sql.load_ledgers(t.schema, naming.LEDGER_PATTERN))
+        conn.commit()
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        log.warning("Load %s: could not look for abandoned loads: %s", plan.load_id, exc)
+        return dropped
+    max_age = None
+    for ledger, comment in ledgers:
+        other = naming.load_of_ledger(ledger)
+        record = _comment_record(comment)
+        if other in (None, plan.load_id) or record is None or record.get("target") != t.qualified:
+            continue
+        try:
+            if max_age is None:
+                max_age = _seconds(conn, "abandoned_after", plan.settings.abandoned_after)
+            execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+            execute(conn, sql.lock_tables([(t.schema, ledger)], "ACCESS EXCLUSIVE"))
+            finalized, copied, now = execute(conn, sql.ledger_activity(t.schema, ledger))[0]
+            alive = scalar(conn, sql.load_sessions(naming.application_name(other, "")))
+            last = max(float(record.get("prepared_at") or 0), float(copied or 0))
+            if alive or not (finalized or now - last > max_age):
+                conn.rollback()
+                continue
+            names = _drop_run_tables(conn, t.schema, other)
+            conn.commit()
+        except Exception as exc:
+            rollback_quietly(conn)
+            if not is_database_error(exc):
+                raise
+            log.warning(
+                "Load %s: left the tables of load %s into %s: %s",
+                plan.load_id,
+                other,
+                t.qualified,
+                server_error(exc).message,
+            )
+            continue
+        dropped.extend(names)
+        log.warning(
+            "Load %s: dropped the tables load %s into %s left behind (%s; %s): %s",
+            plan.load_id,
+            other,
+            t.qualified,
+            "finalized" if finalized else f"no sign of life for {now - last:.0f} s",
+            "its cleanup did not run or failed",
+            ", ".join(names),
+        )
+    return dropped
 
 
 def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
@@ -403,6 +515,7 @@ def cleanup(
     backoff: float = CLEANUP_BACKOFF,
 ) -> list[str]:
     """Drop every table this load created (staging, ledger); never the target. Idempotent.
+    The ledger goes last (see :func:`drop_abandoned`).
 
     Each table is dropped in its own transaction under ``lock_timeout``; a drop that meets it
     (another session still holds a lock on the table: a killed task's backend that has not
@@ -446,10 +559,14 @@ def _drop_each(
     """Drop the run's tables one transaction each, appending to ``dropped``; return those a
     lock timeout left."""
     left = []
+    ledger = naming.ledger_table(load_id)
     names = [
         row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
     ]
     conn.commit()
+    # the ledger last: as long as any of the load's tables is left, its ledger says whose
+    # they are, for the next load into the target (see drop_abandoned)
+    names.sort(key=lambda name: name == ledger)
     for name in names:
         try:
             execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))

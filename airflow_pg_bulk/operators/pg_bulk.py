@@ -211,6 +211,10 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         replace and replace_partitions, ``False`` for append and upsert.
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
         the load's own tables in prepare, finalize and cleanup; default ``30s``.
+    :param abandoned_after: how long a load into the same target may go without a sign of life
+        (no session, no COPY committed since) before the next load's prepare drops the tables it
+        left: a crashed load's staging; those of a finalized load are dropped at once; a
+        PostgreSQL interval (see Retries, Leftover staging); default ``1d``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
     :param index_workers: parallel maintenance workers of each index build in finalize
@@ -268,6 +272,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         strategy: str = "auto",
         staging_logged: bool | None = None,
         lock_timeout: str = "30s",
+        abandoned_after: str = "1d",
         maintenance_work_mem: str = "512MB",
         index_workers: int | None = None,
         synchronous_commit: str = "off",
