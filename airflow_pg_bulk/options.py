@@ -190,7 +190,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "how long a load into the same target may go without a sign of life (no session, no "
         "COPY committed since) before the next load's prepare drops the tables it left: a crashed "
         "load's staging; those of a finalized load are dropped at once; a PostgreSQL interval "
-        "(see Retries, Leftover staging)",
+        "(see A failed cleanup, and leftover staging)",
         "`1d`", "settings",
     ),
     LoadOption(

@@ -127,7 +127,7 @@ def pg_bulk_load(
     :param abandoned_after: how long a load into the same target may go without a sign of life
         (no session, no COPY committed since) before the next load's prepare drops the tables it
         left: a crashed load's staging; those of a finalized load are dropped at once; a
-        PostgreSQL interval (see Retries, Leftover staging); default ``1d``.
+        PostgreSQL interval (see A failed cleanup, and leftover staging); default ``1d``.
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``.
     :param index_workers: parallel maintenance workers of each index build in finalize
