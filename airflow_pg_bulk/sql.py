@@ -834,7 +834,7 @@ def now_epoch() -> SQL:
 
 def interval_seconds(text: str) -> Composed:
     """A PostgreSQL interval (``1d``, ``12 hours``) in seconds; an error if it is not one."""
-    return SQL("SELECT extract(epoch FROM {}::interval)::float8").format(Literal(text))
+    return SQL("SELECT date_part('epoch', {}::interval)").format(Literal(text))
 
 
 def table_privileges(schema: str, name: str, privileges: str) -> Composed:

@@ -25,6 +25,7 @@ from test_dags import example_conn  # noqa: F401 (a fixture)
 from test_server_faults import Background, caught, ddl_trap  # noqa: F401 (a fixture)
 
 from airflow_pg_bulk import naming, runner, steps
+from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import LoadRequest
 
 pytestmark = pytest.mark.dag_run
@@ -356,3 +357,12 @@ def test_the_next_load_drops_what_crashed_loads_left_never_a_running_one(
             conn.close()
         assert summary.rows == 100
     assert leftovers(db) == []
+
+
+def test_an_abandoned_after_that_is_no_interval_is_refused_before_anything(db, tmp_path):
+    create_items(db)
+    source = write_csv(tmp_path / "items.csv", rows(10))
+    with pytest.raises(LoadRefusedError, match="abandoned_after='soon' is not a PostgreSQL"):
+        load(db, source, "psycopg", abandoned_after="soon")
+    assert leftovers(db) == []
+    assert db.checksum("items")[0] == 0
