@@ -261,12 +261,16 @@ def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
         try:
             if max_age is None:
                 max_age = _seconds(conn, "abandoned_after", plan.settings.abandoned_after)
+            # first without a lock (a live load is not touched at all), then again under it
+            execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+            why = _abandoned(conn, t.schema, ledger, other, record, max_age)
+            conn.rollback()
+            if why is None:
+                continue
             execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
             execute(conn, sql.lock_tables([(t.schema, ledger)], "ACCESS EXCLUSIVE"))
-            finalized, copied, now = execute(conn, sql.ledger_activity(t.schema, ledger))[0]
-            alive = scalar(conn, sql.load_sessions(naming.application_name(other, "")))
-            last = max(float(record.get("prepared_at") or 0), float(copied or 0))
-            if alive or not (finalized or now - last > max_age):
+            why = _abandoned(conn, t.schema, ledger, other, record, max_age)
+            if why is None:
                 conn.rollback()
                 continue
             names = _drop_run_tables(conn, t.schema, other)
@@ -275,7 +279,9 @@ def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
             rollback_quietly(conn)
             if not is_database_error(exc):
                 raise
-            log.warning(
+            locked = server_error(exc).sqlstate == "55P03"  # in use: a COPY of it, a reader
+            log.log(
+                logging.INFO if locked else logging.WARNING,
                 "Load %s: left the tables of load %s into %s: %s",
                 plan.load_id,
                 other,
@@ -285,15 +291,29 @@ def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
             continue
         dropped.extend(names)
         log.warning(
-            "Load %s: dropped the tables load %s into %s left behind (%s; %s): %s",
+            "Load %s: dropped the tables load %s into %s left behind (%s; its cleanup did not "
+            "run or failed): %s",
             plan.load_id,
             other,
             t.qualified,
-            "finalized" if finalized else f"no sign of life for {now - last:.0f} s",
-            "its cleanup did not run or failed",
+            why,
             ", ".join(names),
         )
     return dropped
+
+
+def _abandoned(
+    conn: Any, schema: str, ledger: str, load_id: str, record: dict[str, Any], max_age: float
+) -> str | None:
+    """Why the load whose ledger this is may be dropped (finalized, or no sign of life for
+    ``max_age`` seconds, and none of its sessions connected); None: it may be running."""
+    if scalar(conn, sql.load_sessions(naming.application_name(load_id, ""))):
+        return None
+    finalized, copied, now = execute(conn, sql.ledger_activity(schema, ledger))[0]
+    if finalized:
+        return "finalized"
+    quiet = now - max(float(record.get("prepared_at") or 0), float(copied or 0))
+    return f"no sign of life for {quiet:.0f} s" if quiet > max_age else None
 
 
 def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
