@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import weakref
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -80,7 +81,7 @@ def plain_cursor(conn: Any) -> Any:
 
     Refused (:class:`TransientLoadError`) on a connection whose task was killed
     (:func:`stop`): no statement of a killed step starts after the cancel."""
-    if id(conn) in _stopped:
+    if conn in _stopped:
         raise TransientLoadError(
             "the task was killed: its running statement was cancelled and no other starts",
             sqlstate="57014",
@@ -203,7 +204,10 @@ def cancel(conn: Any) -> bool:
     return True
 
 
-_stopped: set[int] = set()  # id() of the open connections of killed steps
+#: the connections of killed steps, held by the connection itself (weakly: an entry goes with
+#: its connection). Never by ``id()``: a connection opened later may get a dead one's id, and
+#: with it a kill it never had (a load refused as killed that nobody killed).
+_stopped: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 def stop(conn: Any) -> bool:
@@ -211,7 +215,7 @@ def stop(conn: Any) -> bool:
     this connection, so that a cancel arriving between two statements (which the server
     ignores) does not let the step go on with the next; True when a statement was cancelled.
     Takes no lock (a set's add is atomic): safe from another thread or a signal handler."""
-    _stopped.add(id(conn))
+    _stopped.add(conn)
     return cancel(conn)
 
 
@@ -238,7 +242,7 @@ def close_cancelling(conn: Any) -> None:
         conn.close()
     except Exception:
         log.debug("close failed", exc_info=True)
-    _stopped.discard(id(conn))
+    _stopped.discard(conn)
 
 
 def server_version(conn: Any) -> int:

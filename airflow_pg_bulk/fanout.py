@@ -15,6 +15,7 @@ stops on a kill together with the step's own connection.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
@@ -108,12 +109,16 @@ class Sessions:
             self._count += 1
             number = self._count
             self._open.append(conn)
-        if self.stopped:  # a kill between the check above and the append
-            stop(conn)
-        steps.start_session(conn, naming.helper_session(self._name, number))
-        for statement in setup:
-            execute(conn, statement)
-        conn.commit()
+        try:
+            if self.stopped:  # a kill between the check above and the append
+                stop(conn)
+            steps.start_session(conn, naming.helper_session(self._name, number))
+            for statement in setup:
+                execute(conn, statement)
+            conn.commit()
+        except BaseException:  # (a kill refuses the first statement): closed, not left open
+            self.close(conn)
+            raise
         return conn
 
     def close(self, conn: Any) -> None:
@@ -147,7 +152,31 @@ def run_at_once(
     """Run ``statements`` (each in its own transaction, committed) on ``builds`` sessions at
     once. The first failure stops the others (their statements cancelled, rolled back) and
     is raised; so is an exception of the calling thread (a timeout, a KeyboardInterrupt)."""
-    pending = list(statements)
+    run_jobs(sessions, [functools.partial(_commit, s) for s in statements], builds, setup)
+
+
+def _commit(statement: Composable, conn: Any) -> None:
+    execute(conn, statement)
+    conn.commit()
+
+
+def run_jobs(
+    sessions: Sessions,
+    jobs: Sequence[Callable[[Any], None]],
+    at_once: int,
+    setup: Sequence[Composable] = (),
+) -> None:
+    """Run ``jobs`` (each called with a session; it commits its own work), ``at_once`` at a
+    time: each of ``at_once`` threads opens a session of its own (``setup``'s statements) and
+    takes the queued jobs one after another.
+
+    Stopped by the first failure, and by an exception of the calling thread (Airflow's
+    ``AirflowTaskTimeout`` raised by the ``execution_timeout`` signal, a ``KeyboardInterrupt``)
+    or a kill (:meth:`Sessions.stop`): every session is stopped (its running statement
+    cancelled, no further statement or session), **no queued job starts**, and the running
+    ones end as soon as their statement is cancelled; then the failure, or the calling
+    thread's exception, is raised. A job that failed is rolled back."""
+    pending = list(jobs)
     lock = threading.Lock()
     failures: list[BaseException] = []
 
@@ -157,15 +186,15 @@ def run_at_once(
             conn = sessions.open(setup)
             while True:
                 with lock:
-                    if failures or not pending:
+                    if failures or not pending or sessions.stopped:
                         return
-                    statement = pending.pop(0)
-                execute(conn, statement)
-                conn.commit()
+                    job = pending.pop(0)
+                job(conn)
         except BaseException as exc:
             with lock:
                 first = not failures
                 failures.append(exc)
+                pending.clear()
             if first:
                 sessions.stop()  # the others' statements: cancelled
             if conn is not None:
@@ -174,15 +203,17 @@ def run_at_once(
             if conn is not None:
                 sessions.close(conn)
 
-    pool = ThreadPoolExecutor(max_workers=builds, thread_name_prefix="pg-bulk-index")
+    pool = ThreadPoolExecutor(max_workers=max(1, at_once), thread_name_prefix="pg-bulk-build")
     try:
-        futures = [pool.submit(worker) for _ in range(min(builds, len(pending)))]
+        futures = [pool.submit(worker) for _ in range(min(max(1, at_once), len(pending)))]
         for future in futures:
             future.result()
-    except BaseException:
+    except BaseException:  # this thread's: a timeout, an interrupt
+        with lock:
+            pending.clear()  # no queued job starts
         sessions.stop()
         raise
     finally:
-        pool.shutdown(wait=True)
+        pool.shutdown(wait=True)  # the running jobs end: their statements were cancelled
     if failures:
         raise failures[0]

@@ -83,7 +83,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
                 # the partitions to swap, built side by side first
                 with clock.phase("build_partitions"):
                     partitioned.build_in_parallel(
-                        sessions.open, routed, partitioned.side_by_side(routed)
+                        sessions, routed, partitioned.side_by_side(routed)
                     )
             partitioned.finalize_partitioned(conn, routed, clock, rows, nbytes, rejected)
         elif plan.mode == "replace":

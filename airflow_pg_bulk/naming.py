@@ -66,6 +66,17 @@ def ledger_table(load_id: str) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_ledger"
 
 
+#: a LIKE pattern matching every load's ledger (see :func:`load_of_ledger`)
+LEDGER_PATTERN = "\\_pgbulk\\_%\\_ledger"
+_LEDGER = re.compile(r"^_pgbulk_([0-9a-f]{12})_ledger$")
+
+
+def load_of_ledger(name: str) -> str | None:
+    """The load id whose ledger is named ``name``; None for another name."""
+    found = _LEDGER.match(name)
+    return found.group(1) if found else None
+
+
 def retired_table(load_id: str) -> str:
     """The name the old target has from the swap until its drop, right after the swap commits
     (cleanup drops it if the process died in between)."""

@@ -188,6 +188,14 @@ OPTIONS: tuple[LoadOption, ...] = (
         "`30s`", "settings",
     ),
     LoadOption(
+        "abandoned_after", str, "1d",
+        "how long a load into the same target may go without a sign of life (no session, no "
+        "COPY committed since) before the next load's prepare drops the tables it left: a crashed "
+        "load's staging; those of a finalized load are dropped at once; a PostgreSQL interval "
+        "(see A failed cleanup, and leftover staging)",
+        "`1d`", "settings",
+    ),
+    LoadOption(
         "maintenance_work_mem", str, "512MB",
         "memory for index builds and constraint validation in finalize", "`512MB`", "settings",
     ),

@@ -58,16 +58,17 @@ See README.md, "Partitioned targets", and docs/design.md.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
 from airflow_pg_bulk import (
     catalog,
+    fanout,
     finalize,
     history,
     locking,
@@ -515,19 +516,22 @@ def side_by_side(plan: LoadPlan) -> int:
     return max(2, min(len(plan.partitions), MAX_SIDE_BY_SIDE))
 
 
-def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> float:
+def build_in_parallel(sessions: fanout.Sessions, plan: LoadPlan, jobs: int) -> float:
     """At the start of finalize (in one process and under Airflow alike, on finalize's extra
-    sessions): build the partitions finalize will swap in (indexes, constraints), up
-    to ``jobs`` at once, each on a session of its own (``connect``); finalize then finds them
-    built, ANALYZEs them and swaps them in (each build step is committed and skipped when
-    found done). Nothing here touches the target.
+    sessions): build the partitions finalize will swap in (indexes, constraints), up to
+    ``jobs`` at once, each thread on a session of its own (``sessions``); finalize then finds
+    them built, ANALYZEs them and swaps them in (each build step is committed and skipped
+    when found done). Nothing here touches the target.
     ``plan`` as :func:`route` returned it.
+
+    A kill or timeout (:func:`airflow_pg_bulk.fanout.run_jobs`) cancels the running builds and
+    starts none of those still queued.
     Returns the seconds taken (0: nothing to build side by side: fewer than two partitions,
     or the load finalized)."""
     if not partitioned_staging(plan) or jobs < 2:
         return 0.0
     started = time.perf_counter()
-    with _session(connect, plan, "build") as conn:
+    with _session(sessions.open, plan, "build") as conn:
         if any(row[0] == sql.FINALIZED for row in execute(conn, _ledger(plan))):
             return 0.0
         swapped = _to_swap(conn, plan, list(range(len(_parts(plan).leaves))))
@@ -541,18 +545,19 @@ def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> 
         plan, settings=dataclasses.replace(plan.settings, analyze=False)
     )
 
-    def build(number: int) -> None:
-        with _session(connect, plan, "build", number) as conn:
-            try:
-                _build_leaf(conn, unanalyzed, number, PhaseClock())
-            except BaseException:
-                rollback_quietly(conn)
-                raise  # finalize translates it (and finds the row of a broken constraint)
+    def build(number: int, conn: Any) -> None:
+        try:
+            _build_leaf(conn, unanalyzed, number, PhaseClock())
+        except BaseException:
+            rollback_quietly(conn)
+            raise  # finalize translates it (and finds the row of a broken constraint)
 
     workers = min(jobs, len(swapped))
-    with ThreadPoolExecutor(max_workers=workers) as pool:
-        for done in [pool.submit(build, n) for n in swapped]:
-            done.result()
+    setup = [
+        sql.set_config("lock_timeout", plan.settings.lock_timeout),
+        sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem),
+    ]
+    fanout.run_jobs(sessions, [functools.partial(build, n) for n in swapped], workers, setup)
     seconds = time.perf_counter() - started
     log.info(
         "Load %s: %d partitions of %s built on %d sessions at once in %.2f s",

@@ -369,6 +369,9 @@ class Settings(PlainData):
         (the ordering rule, see :class:`RunOrder`), for a deliberate reload of the past.
     :param history_keep: the loads kept per target in the load history (older ones are
         deleted after a finalize; the newest of each DAG task and partition always stays).
+    :param abandoned_after: how long another load into the same target may go without a sign
+        of life before prepare drops its tables (PostgreSQL interval; see
+        :func:`airflow_pg_bulk.steps.drop_abandoned`).
     """
 
     lock_timeout: str = "30s"
@@ -378,6 +381,7 @@ class Settings(PlainData):
     index_workers: int | None = None
     allow_older_run: bool = False
     history_keep: int = 1000
+    abandoned_after: str = "1d"
 
     def __post_init__(self) -> None:
         if self.history_keep < 1:

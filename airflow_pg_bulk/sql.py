@@ -796,10 +796,51 @@ def count_rows(schema: str, table: str) -> Composed:
 
 
 def ledger_digest(schema: str, ledger: str) -> Composed:
-    """The digest of the plan the ledger was made for (its comment), or NULL."""
-    return SQL("SELECT obj_description(to_regclass({}), 'pg_class')").format(
-        Literal(Identifier(schema, ledger).as_string())
-    )
+    """The digest of the plan the ledger was made for (the first line of its comment: see
+    :func:`airflow_pg_bulk.steps.ledger_comment`), or NULL."""
+    return SQL(
+        "SELECT split_part(obj_description(to_regclass({}), 'pg_class'), chr(10), 1)"
+    ).format(Literal(Identifier(schema, ledger).as_string()))
+
+
+def load_ledgers(schema: str, pattern: str) -> Composed:
+    """Every load's ledger in ``schema`` (``pattern``:
+    :data:`airflow_pg_bulk.naming.LEDGER_PATTERN`), with its comment. A load's tables last as
+    long as its ledger: cleanup drops it last."""
+    return SQL(
+        "SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = {}"
+        " AND c.relname LIKE {} AND c.relkind = 'r' ORDER BY c.relname"
+    ).format(Literal(schema), Literal(pattern))
+
+
+def ledger_activity(schema: str, ledger: str) -> Composed:
+    """Whether the load was finalized, the end of its last committed COPY (epoch seconds, NULL
+    if none), and the server's clock (epoch seconds)."""
+    return SQL(
+        "SELECT coalesce(bool_or(partition = {}), false),"
+        " extract(epoch FROM max(loaded_at + seconds * interval '1 second'))::float8,"
+        " extract(epoch FROM now())::float8 FROM {}"
+    ).format(Literal(FINALIZED), _table(schema, ledger))
+
+
+def load_sessions(application_prefix: str) -> Composed:
+    """How many other sessions are named ``<application_prefix>…`` (a load's steps name theirs
+    ``pgbulk:<load id>:…``; see :func:`airflow_pg_bulk.naming.application_name`)."""
+    return SQL(
+        "SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+        " AND starts_with(application_name, {})"
+    ).format(Literal(application_prefix))
+
+
+def now_epoch() -> SQL:
+    """The server's clock (the transaction's start), in epoch seconds."""
+    return SQL("SELECT extract(epoch FROM now())::float8")
+
+
+def interval_seconds(text: str) -> Composed:
+    """A PostgreSQL interval (``1d``, ``12 hours``) in seconds; an error if it is not one."""
+    return SQL("SELECT date_part('epoch', {}::interval)").format(Literal(text))
 
 
 def table_privileges(schema: str, name: str, privileges: str) -> Composed:

@@ -9,6 +9,7 @@ prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`; finaliz
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -115,6 +116,7 @@ def prepare(
         catalog.refuse_unsupported(target, request.mode)
         catalog.refuse_without_privileges(conn, target, request.mode)
         history.refuse_without_access(conn, schema)
+        _seconds(conn, "abandoned_after", request.settings.abandoned_after)  # a valid interval
         if request.mode == "append":
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
@@ -170,7 +172,9 @@ def prepare(
             _drop_run_tables(conn, schema, load_id)
             _create_staging(conn, plan)
             execute(conn, sql.create_ledger(schema, plan.ledger_table))
-            execute(conn, sql.comment_on("TABLE", sql.qualified(schema, plan.ledger_table), digest))
+            comment = ledger_comment(digest, target.qualified, scalar(conn, sql.now_epoch()))
+            ledger = sql.qualified(schema, plan.ledger_table)
+            execute(conn, sql.comment_on("TABLE", ledger, comment))
         if plan.reject_table:
             catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
         history.ensure(conn, plan.history_table)
@@ -178,6 +182,7 @@ def prepare(
     except BaseException:
         rollback_quietly(conn)
         raise
+    drop_abandoned(conn, plan)
     log.info(
         "Prepared load %s into %s (%s%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
         load_id,
@@ -192,6 +197,133 @@ def prepare(
         "; kept from an earlier attempt, with its committed partitions" if resumed else "",
     )
     return plan
+
+
+def _seconds(conn: Any, name: str, interval: str) -> float:
+    """A PostgreSQL interval option in seconds; refused when it is not an interval."""
+    try:
+        seconds = float(scalar(conn, sql.interval_seconds(interval)))
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        raise LoadRefusedError(
+            f"{name}={interval!r} is not a PostgreSQL interval (e.g. '1d', '12h', '30 min'): "
+            f"{server_error(exc).message}"
+        ) from None
+    if seconds < 0:
+        raise LoadRefusedError(f"{name}={interval!r} is negative")
+    return seconds
+
+
+def ledger_comment(digest: str, target: str, prepared_at: float) -> str:
+    """The ledger's comment: the plan's digest on its first line (what a step checks its plan
+    against), then what the next loads read to tell a live load from an abandoned one: the
+    target and prepare's time (the server's clock, epoch seconds)."""
+    return digest + "\n" + json.dumps({"target": target, "prepared_at": prepared_at})
+
+
+def _comment_record(comment: str | None) -> dict[str, Any] | None:
+    """What :func:`ledger_comment` wrote after the digest; None for a ledger without it."""
+    _digest, _, record = (comment or "").partition("\n")
+    try:
+        found = json.loads(record)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+LEFTOVER_LOCK_TIMEOUT = "100ms"  # a leftover locked that long is in use: left alone
+
+
+def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
+    """Drop the tables other loads into the same target left behind (a crashed load's staging,
+    a finalized load whose cleanup failed), never those of a load that may still be running.
+    Returns the names dropped. Runs at the end of prepare, in transactions of its own.
+
+    Another load's tables (found by its ledger, which names the target: cleanup drops the
+    ledger last) are dropped when **none** of its sessions is connected
+    (``application_name`` ``pgbulk:<its load id>:…``), **no** session holds a lock on its
+    ledger (a COPY holds one until it commits; waited for :data:`LEFTOVER_LOCK_TIMEOUT`), and
+    it is **finalized** (its rows are in, what is left is what its cleanup did not drop) or
+    has shown **no sign of life for** ``abandoned_after`` (neither its prepare nor any COPY
+    committed since). Its ledger is locked first and everything is dropped in one transaction,
+    so a step of that load starting meanwhile waits and then finds no ledger: it fails saying
+    so (the target untouched), it never loads into half-dropped tables. A load whose tables
+    cannot be dropped (locked, another role's) is skipped with a warning."""
+    t = plan.target
+    dropped: list[str] = []
+    try:
+        ledgers = execute(conn, sql.load_ledgers(t.schema, naming.LEDGER_PATTERN))
+        conn.commit()
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        log.warning("Load %s: could not look for abandoned loads: %s", plan.load_id, exc)
+        return dropped
+    max_age = None
+    for ledger, comment in ledgers:
+        other = naming.load_of_ledger(ledger)
+        record = _comment_record(comment)
+        if other in (None, plan.load_id) or record is None or record.get("target") != t.qualified:
+            continue
+        try:
+            if max_age is None:
+                max_age = _seconds(conn, "abandoned_after", plan.settings.abandoned_after)
+            # first without a lock (a live load is not touched at all), then again under it
+            execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+            why = _abandoned(conn, t.schema, ledger, other, record, max_age)
+            conn.rollback()
+            if why is None:
+                continue
+            execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+            execute(conn, sql.lock_tables([(t.schema, ledger)], "ACCESS EXCLUSIVE"))
+            why = _abandoned(conn, t.schema, ledger, other, record, max_age)
+            if why is None:
+                conn.rollback()
+                continue
+            names = _drop_run_tables(conn, t.schema, other)
+            conn.commit()
+        except Exception as exc:
+            rollback_quietly(conn)
+            if not is_database_error(exc):
+                raise
+            locked = server_error(exc).sqlstate == "55P03"  # in use: a COPY of it, a reader
+            log.log(
+                logging.INFO if locked else logging.WARNING,
+                "Load %s: left the tables of load %s into %s: %s",
+                plan.load_id,
+                other,
+                t.qualified,
+                server_error(exc).message,
+            )
+            continue
+        dropped.extend(names)
+        log.warning(
+            "Load %s: dropped the tables load %s into %s left behind (%s; its cleanup did not "
+            "run or failed): %s",
+            plan.load_id,
+            other,
+            t.qualified,
+            why,
+            ", ".join(names),
+        )
+    return dropped
+
+
+def _abandoned(
+    conn: Any, schema: str, ledger: str, load_id: str, record: dict[str, Any], max_age: float
+) -> str | None:
+    """Why the load whose ledger this is may be dropped (finalized, or no sign of life for
+    ``max_age`` seconds, and none of its sessions connected); None: it may be running."""
+    if scalar(conn, sql.load_sessions(naming.application_name(load_id, ""))):
+        return None
+    finalized, copied, now = execute(conn, sql.ledger_activity(schema, ledger))[0]
+    if finalized:
+        return "finalized"
+    quiet = now - max(float(record.get("prepared_at") or 0), float(copied or 0))
+    return f"no sign of life for {quiet:.0f} s" if quiet > max_age else None
 
 
 def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
@@ -425,6 +557,7 @@ def cleanup(
     backoff: float = CLEANUP_BACKOFF,
 ) -> list[str]:
     """Drop every table this load created (staging, ledger); never the target. Idempotent.
+    The ledger goes last (see :func:`drop_abandoned`).
 
     The tables are dropped in one transaction under ``lock_timeout``; when that meets it, each
     in its own transaction; a drop that meets it
@@ -470,6 +603,7 @@ def _drop_each(
     All in one transaction (one commit whatever their number); when that meets
     ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
     left = []
+    ledger = naming.ledger_table(load_id)
     names = [
         row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
     ]
@@ -487,6 +621,9 @@ def _drop_each(
     else:
         dropped.extend(names)
         return left
+    # one at a time: the ledger last; as long as any of the load's tables is left, its
+    # ledger says whose they are, for the next load into the target (see drop_abandoned)
+    names.sort(key=lambda name: name == ledger)
     for name in names:
         try:
             execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))

@@ -42,6 +42,7 @@ def pg_bulk_load(
     strategy: str = "auto",
     staging_logged: bool | None = None,
     lock_timeout: str = "30s",
+    abandoned_after: str = "1d",
     maintenance_work_mem: str = "512MB",
     index_workers: int | None = None,
     synchronous_commit: str = "off",
@@ -73,7 +74,10 @@ def pg_bulk_load(
     one.
 
     :param group_id: the group id; the tasks are ``<group_id>.prepare``, ``.copy``,
-        ``.finalize`` and ``.cleanup`` (``.copy_0`` … inside a mapped task group).
+        ``.finalize`` and ``.cleanup`` (``.copy_0`` … inside a mapped task group), and
+        ``.cleaned``, which makes a failed cleanup fail the DAG run (after a finalize that
+        succeeded too: the rows are in, but the load's tables are left; the next load into
+        the target drops them, see ``abandoned_after``).
     :param table: the target table, ``schema.table``. (templated)
     :param source: files or globs every worker can read, or object-storage URLs and globs
         (``s3://bucket/prefix/*.csv.gz``, read with ``source_conn_id``). (templated)
@@ -123,6 +127,11 @@ def pg_bulk_load(
         replace and replace_partitions, ``False`` for append and upsert. (templated)
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
         the load's own tables in prepare, finalize and cleanup; default ``30s``. (templated)
+    :param abandoned_after: how long a load into the same target may go without a sign of life
+        (no session, no COPY committed since) before the next load's prepare drops the tables it
+        left: a crashed load's staging; those of a finalized load are dropped at once; a
+        PostgreSQL interval (see A failed cleanup, and leftover staging); default ``1d``.
+        (templated)
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``. (templated)
     :param index_workers: parallel maintenance workers of each index build in finalize
@@ -233,7 +242,27 @@ def pg_bulk_load(
         # failed after its commit (a lost XCom push, a kill): it finds the run's tables by
         # the load id, whatever state prepare reached.
         cleanup.trigger_rule = TriggerRule.ALL_DONE
+        cleanup >> _cleaned()  # a failed cleanup fails the run
     return group
+
+
+def _cleaned() -> Any:
+    """``cleaned``: the task that makes a failed cleanup fail the DAG run.
+
+    A teardown's failure leaves the run green. ``on_failure_fail_dagrun=True`` on cleanup
+    itself would be worse: Airflow 3.3 then judges the run by the teardown alone (finalize,
+    upstream of it, is no longer a leaf, ``DagRun._tis_for_dagrun_state``), so a load whose
+    prepare or finalize failed would end green once cleanup succeeded. ``cleaned`` is an
+    ``EmptyOperator`` teardown (never run by a worker: the scheduler marks it) downstream of
+    cleanup with ``all_success`` and ``on_failure_fail_dagrun``: cleanup failed, it is
+    ``upstream_failed``, and the run fails; finalize stays a leaf that decides the run too;
+    and being a teardown it is not one of the group's leaves (``load >> report`` still waits
+    for finalize only)."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+
+    cleaned = EmptyOperator(task_id="cleaned").as_teardown(on_failure_fail_dagrun=True)
+    cleaned.trigger_rule = TriggerRule.ALL_SUCCESS
+    return cleaned
 
 
 def _target_alias(group: TaskGroup) -> Any:

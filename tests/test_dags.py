@@ -64,9 +64,15 @@ def test_example_dags_import_without_errors(dagbag):
         "load_readings.copy",
         "load_readings.finalize",
         "load_readings.cleanup",
+        "load_readings.cleaned",
     }
     cleanup = dag.get_task("load_readings.cleanup")
     assert cleanup.is_teardown
+    # a failed cleanup fails the run through `cleaned`; finalize still decides it too
+    cleaned = dag.get_task("load_readings.cleaned")
+    assert cleaned.is_teardown and cleaned.on_failure_fail_dagrun
+    assert cleaned.upstream_task_ids == {"load_readings.cleanup"}
+    assert not cleanup.on_failure_fail_dagrun
     assert dag.get_task("load_readings.copy").max_active_tis_per_dagrun == 4
 
 
@@ -229,6 +235,8 @@ def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
         "pg_bulk_mapped_operators",
         "pg_bulk_task_surface",
         "pg_bulk_run_order",
+        "pg_bulk_finalize_timeout",  # stops.py: run by tests/test_stops.py
+        "pg_bulk_append_in_place",
     }
     prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_operators").get_task("prepare")
     assert prepare.partial_kwargs["mode"] == "append"
@@ -239,6 +247,7 @@ def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
         "load_table.load.copy_1",
         "load_table.load.finalize",
         "load_table.load.cleanup",
+        "load_table.load.cleaned",
     }
     assert not any(t.is_mapped for t in group.tasks)  # the group is mapped, no task in it is
 

@@ -19,7 +19,7 @@ from typing import Any
 import psycopg
 import pytest
 from conftest import Database
-from helpers import leftovers, sqlstate_of
+from helpers import error_chain, leftovers, sqlstate_of
 from psycopg import sql
 from test_server_faults import (
     Background,
@@ -28,6 +28,7 @@ from test_server_faults import (
     build_target,
     caught,
     copy,
+    disarm,
     mark_id,
     new_rows,
     prepare,
@@ -240,4 +241,107 @@ def test_a_kill_between_statements_refuses_the_next_one(db, driver):
             adapter.execute(conn, sql.SQL("SELECT 1"))
     finally:
         adapter.close_cancelling(conn)
-    assert id(conn) not in adapter._stopped
+    assert conn not in adapter._stopped
+
+
+# --- a kill never outlives its connection -----------------------------------------------------
+
+
+def test_a_killed_connection_leaves_no_mark_once_gone(db, driver):
+    """The kill is held by the connection itself: once a killed connection is gone (closed by
+    whoever holds it, not by ``close_cancelling``, and collected), nothing of its kill is kept,
+    so no connection opened later, at the same address or not, can inherit it."""
+    import gc
+
+    from airflow_pg_bulk import driver as adapter
+
+    killed = adapter.connect(db.dsn, driver)
+    adapter.stop(killed)
+    assert killed in adapter._stopped
+    address = id(killed)
+    killed.close()  # e.g. by a pool, or a finalizer
+    del killed
+    gc.collect()
+    # (the set used to hold id()s: the dead connection's address stayed in it for good)
+    assert not any(entry == address or id(entry) == address for entry in adapter._stopped)
+
+
+def test_a_kill_while_a_session_opens_closes_it(db, driver):
+    """A kill landing while one of finalize's extra sessions opens (after its connection is
+    made, before it is listed) refuses the session and closes its connection."""
+    from airflow_pg_bulk import driver as adapter
+    from airflow_pg_bulk import fanout
+
+    opened: list[Any] = []
+
+    def factory() -> Any:
+        conn = adapter.connect(db.dsn, driver)
+        opened.append(conn)
+        sessions.stop()  # the kill arrives now
+        return conn
+
+    sessions = fanout.Sessions(factory, naming.application_name("0123456789ab", "finalize"))
+    with pytest.raises(TransientLoadError, match="killed"):
+        sessions.open()
+    assert opened[0].closed
+    assert opened[0] not in adapter._stopped
+
+
+MIN_LOADS_AFTER_A_KILL = 20
+MAX_LOADS_AFTER_A_KILL = 150
+
+
+def test_loads_after_a_killed_load_are_never_refused(db, driver, tmp_path, caplog):
+    """A load killed while an index build of its finalize sleeps (every connection it holds
+    stopped, as ``PgBulkHook.cancel`` does), then more loads in the same process (at least 20,
+    and until a connection of theirs gets a killed connection's id, which usually takes a
+    few): none is refused as killed."""
+    import gc
+    import logging
+    import traceback
+
+    from airflow_pg_bulk import driver as adapter
+
+    build_target(db)
+    path = write_source(tmp_path, new_rows("replace"))
+    columns = ["id", "name", "amount", "gid", "day", "note"]
+    opened: list[Any] = []
+
+    def factory() -> Any:
+        conn = adapter.connect(db.dsn, driver)
+        opened.append(conn)
+        return conn
+
+    arm(db, "index", mark_id("replace"))
+    # the killed load logs its failed cleanup with its traceback, whose frames would hold
+    # its connections for as long as the test's log capture keeps the record
+    caplog.set_level(logging.CRITICAL, logger="airflow_pg_bulk")
+    load_id = naming.new_load_id()
+    step = Background(
+        lambda: runner.load(
+            factory, db.table("items"), str(path), mode="replace", columns=columns, load_id=load_id
+        )
+    )
+    caught(db, "CREATE INDEX", step=step, application=f"pgbulk:{load_id}:finalize")
+    for conn in list(opened):
+        adapter.stop(conn)
+    error = step.join(STOPPED_WITHIN + 5)
+    assert sqlstate_of(error) == "57014", repr(error)
+    killed = {id(conn) for conn in opened}
+    # the killed load's connections are gone once nothing holds them: its error's frames
+    # (kept by the log records of the test's capture, too) held some
+    for exc in error_chain(error):
+        traceback.clear_frames(exc.__traceback__)
+    opened.clear()
+    step.error = error = None
+    gc.collect()
+    disarm(db)
+
+    later: set[int] = set()
+    loads = 0
+    while loads < MIN_LOADS_AFTER_A_KILL or (not killed & later and loads < MAX_LOADS_AFTER_A_KILL):
+        runner.load(factory, db.table("items"), str(path), mode="replace", columns=columns)
+        later.update(id(conn) for conn in opened)
+        opened.clear()
+        loads += 1
+    assert killed & later, f"no connection of {loads} later loads got a killed one's id"

@@ -146,7 +146,7 @@ def test_diagram_names_the_groups_tasks():
     with DAG("readme_diagram", schedule=None):
         group = pg_bulk_load(group_id="g", table="s.t", source="/x/*.csv", mode="replace")
     names = {task_id.split(".", 1)[1] for task_id in group.children}
-    assert names == {"prepare", "copy", "finalize", "cleanup"}
+    assert names == {"prepare", "copy", "finalize", "cleanup", "cleaned"}
     assert all(name in diagram for name in names)
 
 
@@ -294,6 +294,7 @@ def test_dag_blocks_parse_into_dags(airflow_db, tmp_path):
         "load_readings.copy",
         "load_readings.finalize",
         "load_readings.cleanup",
+        "load_readings.cleaned",
         "report",
     }
     assert dag.get_task("load_readings.prepare").upstream_task_ids == {"extract"}

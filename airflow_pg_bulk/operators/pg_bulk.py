@@ -239,6 +239,11 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         replace and replace_partitions, ``False`` for append and upsert. (templated)
     :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
         the load's own tables in prepare, finalize and cleanup; default ``30s``. (templated)
+    :param abandoned_after: how long a load into the same target may go without a sign of life
+        (no session, no COPY committed since) before the next load's prepare drops the tables it
+        left: a crashed load's staging; those of a finalized load are dropped at once; a
+        PostgreSQL interval (see A failed cleanup, and leftover staging); default ``1d``.
+        (templated)
     :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
         default ``512MB``. (templated)
     :param index_workers: parallel maintenance workers of each index build in finalize
@@ -301,6 +306,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         strategy: str = "auto",
         staging_logged: bool | None = None,
         lock_timeout: str = "30s",
+        abandoned_after: str = "1d",
         maintenance_work_mem: str = "512MB",
         index_workers: int | None = None,
         synchronous_commit: str = "off",
