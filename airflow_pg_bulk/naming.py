@@ -66,6 +66,13 @@ def ledger_table(load_id: str) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_ledger"
 
 
+def pieces_table(load_id: str) -> str:
+    """The pieces of each partition (the byte ranges it copies), written by prepare under
+    Airflow and read by each COPY task by its partition number, so that no task receives
+    the pieces of the whole load through XCom."""
+    return f"{PREFIX}{check_load_id(load_id)}_pieces"
+
+
 def retired_table(load_id: str) -> str:
     """The name the old target has from the swap until its drop, right after the swap commits
     (cleanup drops it if the process died in between)."""

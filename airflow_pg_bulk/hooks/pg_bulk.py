@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,7 @@ from airflow_pg_bulk import naming
 
 if TYPE_CHECKING:  # the steps (and with them the SQL and splitting) are imported when run
     from airflow_pg_bulk.figures import LoadSummary, PartitionResult
-    from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+    from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition
 
 
 class PgBulkHook(PostgresHook):
@@ -72,14 +72,29 @@ class PgBulkHook(PostgresHook):
         logical_date: str | None = None,
         application_name: str | None = None,
     ) -> LoadPlan:
-        """Validate, capture the target's definition, create staging; return the plan.
+        """Validate, capture the target's definition, create staging; store each partition's
+        pieces in the load's pieces table (:meth:`read_pieces`); return the plan.
 
         :param logical_date: the DAG run's logical date (ISO 8601), kept with the load."""
         from airflow_pg_bulk import steps
 
         name = application_name or naming.application_name(load_id, "prepare")
         with self._bulk_connection(name) as conn:
-            return steps.prepare(conn, request, load_id, logical_date=logical_date)
+            return steps.prepare(
+                conn, request, load_id, logical_date=logical_date, store_pieces=True
+            )
+
+    def read_pieces(
+        self, plan: LoadPlan, partitions: Sequence[int], *, application_name: str | None = None
+    ) -> list[Partition]:
+        """These partitions of ``plan`` (the plan without pieces, :meth:`LoadPlan.shared`),
+        with the pieces :meth:`prepare` stored for them (see
+        :func:`airflow_pg_bulk.steps.read_pieces`)."""
+        from airflow_pg_bulk import steps
+
+        name = application_name or naming.application_name(plan.load_id, "pieces")
+        with self._bulk_connection(name) as conn:
+            return steps.read_pieces(conn, plan, partitions)
 
     def copy_partition(
         self,

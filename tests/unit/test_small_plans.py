@@ -1,10 +1,11 @@
-"""What a COPY task reads from XCom does not grow with the number of files.
+"""The shared plan (every partition's pieces left out) does not grow with the number of files.
 
-Prepare pushes the shared plan (every partition's pieces left out) under the key ``plan`` and
-returns the partitions, which the COPY tasks are mapped over: each reads the shared plan and
-its own partition. Measured here on plans of 1,000 and 100,000 small files in 256 partitions
-(the plan made by the same pure function prepare uses; the operator with Airflow's context
-mocked, recording what it pulls).
+Prepare pushes the shared plan under the XCom key ``plan``, stores each partition's pieces in
+the load's pieces table and returns the partition numbers, which the COPY tasks are mapped
+over; each COPY task reads the shared plan and its own pieces. What the COPY tasks really pull
+under Airflow is measured in tests/test_xcom_sizes.py (``dag.test()``); here, the pure part,
+on plans of 1,000 and 10,000 small files in 256 partitions made by the same pure function
+prepare uses, and a COPY task given a whole partition by hand (Airflow's context mocked).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _size(value: Any) -> int:
 
 
 @pytest.mark.parametrize("files", [1_000, 10_000])
-def test_a_copy_task_reads_the_shared_plan_and_its_own_partition_only(files):
+def test_a_copy_task_given_its_whole_partition_pulls_only_the_shared_plan(files):
     plan = _plan(files)
     shared = plan.shared().to_dict()
     returned = [p.to_dict() for p in plan.partitions]
@@ -63,7 +64,7 @@ def test_a_copy_task_reads_the_shared_plan_and_its_own_partition_only(files):
     copied: list[Partition] = []
     operator = PgBulkCopyOperator(
         task_id="copy", prepare_task_id="prepare", partition=returned[7]
-    )  # as mapped over prepare's output: the 8th partition
+    )  # the 8th partition, given whole (wired by hand): nothing to read from the database
     operator._copy = lambda plan, index, session: copied.append(plan.partition(index)) or {}
     prepare = SimpleNamespace(is_mapped=False, get_closest_mapped_task_group=lambda: None)
     context = {
