@@ -39,13 +39,14 @@ COPY_TASK = re.compile(r"\.copy(_\d+)?$")
 
 @dataclass
 class Traffic:
-    """XCom bytes pulled and pushed, and seconds from a task's start to its ``execute``, by
-    (task id, map index)."""
+    """XCom bytes pulled and pushed, seconds from a task's start to its ``execute`` (COPY
+    tasks) and from its start to its end, by (task id, map index)."""
 
     pulled: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
     pushed: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
     started: dict[tuple[str, int], float] = field(default_factory=dict)
     before_execute: dict[tuple[str, int], float] = field(default_factory=dict)
+    seconds: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def copies(self) -> dict[tuple[str, int], int]:
         """Bytes pulled by each COPY task (``….copy`` mapped, ``….copy_<n>`` fixed)."""
@@ -76,8 +77,12 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Traffic:
     start = supervisor.InProcessTestSupervisor.start.__func__
 
     def timed_start(cls, *, what, task, **kwargs):
-        seen.started[(what.task_id, what.map_index)] = time.perf_counter()
-        return start(cls, what=what, task=task, **kwargs)
+        where = (what.task_id, what.map_index)
+        seen.started[where] = time.perf_counter()
+        try:
+            return start(cls, what=what, task=task, **kwargs)
+        finally:
+            seen.seconds[where] = time.perf_counter() - seen.started[where]
 
     execute = PgBulkCopyOperator.execute
 
@@ -127,6 +132,7 @@ def _load(dagbag, monkeypatch, db, dag_id: str, folder: Path, count: int, traffi
         pulled=dict(traffic.pulled),
         pushed=dict(traffic.pushed),
         before_execute=dict(traffic.before_execute),
+        seconds=dict(traffic.seconds),
     )
 
 
@@ -140,17 +146,19 @@ def test_a_copy_task_pulls_a_few_kb_whatever_the_number_of_files(
 ):
     measured = {}
     for count in (FEW, MANY):
-        for record in (traffic.pulled, traffic.pushed, traffic.before_execute):
+        for record in (traffic.pulled, traffic.pushed, traffic.before_execute, traffic.seconds):
             record.clear()
         measured[count] = _load(
             dynamic_dagbag, monkeypatch, db, dag_id, file_sets[count], count, traffic
         )
 
     for count, seen in measured.items():
+        copies = seen.copies()
         print(
-            f"{dag_id} {count} files: COPY tasks pulled {sorted(seen.copies().values())}"
+            f"{dag_id} {count} files: COPY tasks pulled {sorted(copies.values())}"
             f" bytes, prepare pushed {[v for k, v in seen.pushed.items() if 'prepare' in k[0]]},"
-            f" before execute {sorted(round(s, 2) for s in seen.before_execute.values())} s"
+            f" before execute {sorted(round(s, 2) for s in seen.before_execute.values())} s,"
+            f" whole task {sorted(round(s, 2) for k, s in seen.seconds.items() if k in copies)} s"
         )
     for seen in measured.values():
         copies = seen.copies()
