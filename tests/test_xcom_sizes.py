@@ -169,3 +169,38 @@ def test_a_copy_task_pulls_a_few_kb_whatever_the_number_of_files(
     few, many = measured[FEW], measured[MANY]
     # the same few KB at 100 and at 10,000 files (digits of byte counts apart)
     assert max(many.copies().values()) <= max(few.copies().values()) + 200
+
+
+def test_a_retried_copy_task_reads_the_same_pieces(
+    dynamic_dagbag, db, file_sets, traffic, monkeypatch
+):
+    """COPY task 5 fails once after reading its pieces; its retry reads the same ones and the
+    load has every row once."""
+    from airflow_pg_bulk.errors import TransientLoadError
+    from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
+
+    read, failed = [], []
+    read_pieces, copy_partition = PgBulkHook.read_pieces, PgBulkHook.copy_partition
+
+    def recording_read(self, plan, partitions, **kwargs):
+        found = read_pieces(self, plan, partitions, **kwargs)
+        if list(partitions) == [5]:
+            read.append(found)
+        return found
+
+    def failing_once(self, plan, index, *args, **kwargs):
+        if index == 5 and not failed:
+            failed.append(index)
+            raise TransientLoadError("injected: COPY task 5 fails on its first try")
+        return copy_partition(self, plan, index, *args, **kwargs)
+
+    monkeypatch.setattr(PgBulkHook, "read_pieces", recording_read)
+    monkeypatch.setattr(PgBulkHook, "copy_partition", failing_once)
+    seen = _load(
+        dynamic_dagbag, monkeypatch, db, "pg_bulk_many_files", file_sets[FEW], FEW, traffic
+    )
+
+    assert failed == [5]
+    first, retry = read  # two tries of the task, the same pieces
+    assert first == retry and first[0].pieces
+    assert seen.pulled[("load.copy", 5)] <= 2 * SHARE_LIMIT
