@@ -224,7 +224,10 @@ def _store_pieces(conn: Any, plan: LoadPlan, digest: str) -> None:
     execute(conn, sql.drop_table(schema, name, if_exists=True))
     execute(conn, sql.create_pieces(schema, name))
     execute(conn, sql.comment_on("TABLE", sql.qualified(schema, name), digest))
-    rows = [(p.index, json.dumps([x.to_dict() for x in p.pieces])) for p in plan.partitions]
+    rows = [  # ensure_ascii (json's default): any database encoding stores the text as is
+        (p.index, json.dumps([x.to_dict() for x in p.pieces], ensure_ascii=True))
+        for p in plan.partitions
+    ]
     if rows:
         execute(conn, sql.insert_pieces(schema, name, rows))
 

@@ -73,12 +73,14 @@ def test_prepare_run_again_keeps_the_pieces_and_changed_files_refuse_an_old_plan
 ):
     create_items(db)
     write_parts(tmp_path, "items", 4, 30)
+    (tmp_path / "items-é ✓.csv").write_text("9999,ünï,1.00,2024-01-01,\n", encoding="utf-8")
     load_id = naming.new_load_id()
     source = str(tmp_path / "items-*.csv")
     first = _prepare(conn, db, source, load_id)
     again = _prepare(conn, db, source, load_id)  # a cleared prepare, the same files
     assert again.digest == first.digest
-    assert steps.read_pieces(conn, _shared(first), [1]) == [first.partitions[1]]
+    assert steps.read_pieces(conn, _shared(first), [0, 1, 2]) == list(first.partitions)
+    assert any("é ✓" in p.path for part in first.partitions for p in part.pieces)
 
     write_parts(tmp_path, "items", 6, 30)  # two files more: another plan
     changed = _prepare(conn, db, source, load_id)

@@ -96,3 +96,16 @@ def test_the_shared_plan_and_a_partition_make_the_whole_plan_for_that_partition(
     assert rebuilt.partition(3) == part
     assert rebuilt.digest == plan.digest == planning.plan_digest(plan)
     assert len(rebuilt.partitions) == PARTITIONS
+
+
+def test_the_pieces_table_statements_quote_the_json_text():
+    from airflow_pg_bulk import sql
+
+    part = _plan(3).partitions[0]
+    text = json.dumps([p.to_dict() for p in part.pieces] + [{"path": "it's \u00e9"}])
+    insert = sql.insert_pieces("s", "_pgbulk_x_pieces", [(0, text)]).as_string(None)
+    assert insert.startswith('INSERT INTO "s"."_pgbulk_x_pieces" (partition, pieces) VALUES (0, ')
+    assert "it''s \\\\u00e9" in insert  # one Literal: quotes doubled, the escape kept as text
+    select = sql.select_pieces("s", "_pgbulk_x_pieces", [3, 1]).as_string(None)
+    assert "WHERE partition = ANY('{3,1}'::" in select
+    assert select.endswith("::integer[]) ORDER BY partition")
