@@ -47,6 +47,8 @@ class Traffic:
     started: dict[tuple[str, int], float] = field(default_factory=dict)
     before_execute: dict[tuple[str, int], float] = field(default_factory=dict)
     seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    connections: dict[tuple[str, int], int] = field(default_factory=lambda: defaultdict(int))
+    running: tuple[str, int] | None = None
 
     def copies(self) -> dict[tuple[str, int], int]:
         """Bytes pulled by each COPY task (``….copy`` mapped, ``….copy_<n>`` fixed)."""
@@ -58,6 +60,7 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Traffic:
     """Record the XCom each task instance pulls and pushes through its supervisor."""
     from airflow.sdk.execution_time import comms, supervisor
 
+    from airflow_pg_bulk.hooks.pg_bulk import PgBulkHook
     from airflow_pg_bulk.operators.pg_bulk import PgBulkCopyOperator
 
     seen = Traffic()
@@ -77,12 +80,13 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Traffic:
     start = supervisor.InProcessTestSupervisor.start.__func__
 
     def timed_start(cls, *, what, task, **kwargs):
-        where = (what.task_id, what.map_index)
+        where = seen.running = (what.task_id, what.map_index)
         seen.started[where] = time.perf_counter()
         try:
             return start(cls, what=what, task=task, **kwargs)
         finally:
             seen.seconds[where] = time.perf_counter() - seen.started[where]
+            seen.running = None
 
     execute = PgBulkCopyOperator.execute
 
@@ -92,6 +96,13 @@ def traffic(monkeypatch: pytest.MonkeyPatch) -> Traffic:
         seen.before_execute[where] = time.perf_counter() - seen.started[where]
         return execute(self, context)
 
+    get_conn = PgBulkHook.get_conn
+
+    def counted_get_conn(self):
+        seen.connections[seen.running] += 1
+        return get_conn(self)
+
+    monkeypatch.setattr(PgBulkHook, "get_conn", counted_get_conn)
     monkeypatch.setattr(supervisor.InProcessSupervisorComms, "send", recording_send)
     monkeypatch.setattr(supervisor.InProcessTestSupervisor, "start", classmethod(timed_start))
     monkeypatch.setattr(PgBulkCopyOperator, "execute", timed_execute)
@@ -133,6 +144,7 @@ def _load(dagbag, monkeypatch, db, dag_id: str, folder: Path, count: int, traffi
         pushed=dict(traffic.pushed),
         before_execute=dict(traffic.before_execute),
         seconds=dict(traffic.seconds),
+        connections=dict(traffic.connections),
     )
 
 
@@ -148,6 +160,7 @@ def test_a_copy_task_pulls_a_few_kb_whatever_the_number_of_files(
     for count in (FEW, MANY):
         for record in (traffic.pulled, traffic.pushed, traffic.before_execute, traffic.seconds):
             record.clear()
+        traffic.connections.clear()
         measured[count] = _load(
             dynamic_dagbag, monkeypatch, db, dag_id, file_sets[count], count, traffic
         )
@@ -169,6 +182,8 @@ def test_a_copy_task_pulls_a_few_kb_whatever_the_number_of_files(
     for seen in measured.values():
         copies = seen.copies()
         assert len(copies) == copy_tasks, copies
+        # one session per COPY task: its pieces read and its COPYs (a pool then bounds sessions)
+        assert {seen.connections.get(task) for task in copies} == {1}, seen.connections
         assert max(copies.values()) <= SHARE_LIMIT, copies
         (pushed,) = [v for k, v in seen.pushed.items() if k[0].endswith("load.prepare")]
         assert pushed <= PUSH_LIMIT

@@ -32,11 +32,28 @@ class PgBulkHook(PostgresHook):
     hook_name = "Postgres (bulk load)"
     _in_use: Any = None  # the connection of the step running now (read by cancel)
     _sessions: Any = None  # finalize's extra sessions (fanout.Sessions), stopped by cancel too
+    _held: Any = None  # the connection of an open session(), which the steps inside share
+
+    @contextmanager
+    def session(self, application_name: str) -> Iterator[None]:
+        """One session for every step called inside (each step still its own transactions):
+        a COPY task reads its pieces and copies its partitions on one connection, so it
+        never holds two sessions, even for the moment a closed one takes to end on the
+        server (a pool bounding COPY tasks then bounds their sessions)."""
+        with self._bulk_connection(application_name) as conn:
+            self._held = conn
+            try:
+                yield
+            finally:
+                self._held = None
 
     @contextmanager
     def _bulk_connection(self, application_name: str) -> Iterator[Any]:
         from airflow_pg_bulk import driver, steps
 
+        if self._held is not None:  # inside session(): its connection, named and kept open
+            yield self._held
+            return
         conn = self.get_conn()
         self._in_use = conn
         try:

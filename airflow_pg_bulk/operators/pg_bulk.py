@@ -407,10 +407,11 @@ class PgBulkCopyOperator(_PgBulkOperator):
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
         name = session_name(context, plan.load_id)
-        mine = self.partitions(plan, name)
-        plan = plan.with_partitions(mine)
-        numbers = [p.index for p in mine]
-        results = [self._copy(plan, index, name) for index in numbers]
+        with self.hook.session(name):  # its pieces and its COPYs: one session, never two
+            mine = self.partitions(plan, name)
+            plan = plan.with_partitions(mine)
+            numbers = [p.index for p in mine]
+            results = [self._copy(plan, index, name) for index in numbers]
         if not numbers:
             self.log.info("No partition of %d is this task's", len(plan.partitions))
         single = not self.partition_stride and not isinstance(self.partition, (list, tuple))
