@@ -167,17 +167,17 @@ def test_a_copy_task_pulls_a_few_kb_whatever_the_number_of_files(
 
     for count, seen in measured.items():
         copies = seen.copies()
-        steps = [
-            round(s, 2)
-            for k, s in sorted(seen.seconds.items())
+        steps = {
+            k[0].rsplit(".", 1)[-1]: round(s, 2)
+            for k, s in seen.seconds.items()
             if k[0].endswith(("prepare", "finalize"))
-        ]
+        }
         print(
             f"{dag_id} {count} files: COPY tasks pulled {sorted(copies.values())}"
             f" bytes, prepare pushed {[v for k, v in seen.pushed.items() if 'prepare' in k[0]]},"
             f" before execute {sorted(round(s, 2) for s in seen.before_execute.values())} s,"
             f" whole task {sorted(round(s, 2) for k, s in seen.seconds.items() if k in copies)} s;"
-            f" prepare, finalize {steps} s"
+            f" seconds {steps}"
         )
     for seen in measured.values():
         copies = seen.copies()
