@@ -11,6 +11,7 @@ prepare uses, and a COPY task given a whole partition by hand (Airflow's context
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -66,6 +67,8 @@ def test_a_copy_task_given_its_whole_partition_pulls_only_the_shared_plan(files)
         task_id="copy", prepare_task_id="prepare", partition=returned[7]
     )  # the 8th partition, given whole (wired by hand): nothing to read from the database
     operator._copy = lambda plan, index, session: copied.append(plan.partition(index)) or {}
+    # no server here: the task's one session (hook.session) opens nothing; _copy is recorded
+    operator.__dict__["hook"] = SimpleNamespace(session=lambda name: nullcontext())
     prepare = SimpleNamespace(is_mapped=False, get_closest_mapped_task_group=lambda: None)
     context = {
         "ti": SimpleNamespace(dag_id="d", task_id="copy", map_index=7, xcom_pull=xcom_pull),
