@@ -77,6 +77,13 @@ def load_of_ledger(name: str) -> str | None:
     return found.group(1) if found else None
 
 
+def pieces_table(load_id: str) -> str:
+    """The pieces of each partition (the byte ranges it copies), written by prepare under
+    Airflow and read by each COPY task by its partition number, so that no task receives
+    the pieces of the whole load through XCom."""
+    return f"{PREFIX}{check_load_id(load_id)}_pieces"
+
+
 def retired_table(load_id: str) -> str:
     """The name the old target has from the swap until its drop, right after the swap commits
     (cleanup drops it if the process died in between)."""

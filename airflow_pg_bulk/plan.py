@@ -513,7 +513,8 @@ class LoadPlan(PlainData):
 
     def shared(self) -> LoadPlan:
         """What every task of the load needs: the plan with each partition's pieces left out
-        (a few KB whatever the number of files); each COPY task gets its own partition."""
+        (a few KB whatever the number of files); under Airflow each COPY task reads its own
+        pieces from the load's pieces table (:func:`airflow_pg_bulk.steps.read_pieces`)."""
         return dataclasses.replace(
             self, partitions=tuple(Partition(p.index, (), p.bytes) for p in self.partitions)
         )

@@ -332,6 +332,31 @@ def create_ledger(schema: str, ledger: str) -> Composed:
     ).format(_table(schema, ledger))
 
 
+def create_pieces(schema: str, name: str) -> Composed:
+    """The load's pieces: one row per partition, its pieces as the text of a JSON array, ASCII
+    only (kept as text: ``jsonb`` would turn ``\\u`` escapes into characters the database's
+    encoding may lack); dropped with staging and the ledger."""
+    return SQL(
+        "CREATE TABLE {} (partition integer PRIMARY KEY, pieces text NOT NULL)"
+        " WITH (autovacuum_enabled = false)"
+    ).format(_table(schema, name))
+
+
+def insert_pieces(schema: str, name: str, rows: Sequence[tuple[int, str]]) -> Composed:
+    """Store the pieces of each partition: ``(partition, pieces as JSON text)``."""
+    values = SQL(", ").join(
+        SQL("({}, {})").format(Literal(index), Literal(text)) for index, text in rows
+    )
+    return SQL("INSERT INTO {} (partition, pieces) VALUES {}").format(_table(schema, name), values)
+
+
+def select_pieces(schema: str, name: str, partitions: Sequence[int]) -> Composed:
+    """The stored pieces (JSON text) of these partitions."""
+    return SQL(
+        "SELECT partition, pieces FROM {} WHERE partition = ANY({}::integer[]) ORDER BY partition"
+    ).format(_table(schema, name), Literal(list(partitions)))
+
+
 def create_reject_table(schema: str, name: str) -> Composed:
     """Where rejected rows go (kept after the load; one row per rejected source record)."""
     return SQL(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 from airflow_pg_bulk import (
@@ -42,10 +42,15 @@ from airflow_pg_bulk.driver import (
     server_error,
     server_version,
 )
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import (
+    BadDataError,
+    IncompleteLoadError,
+    LoadRefusedError,
+    TransientLoadError,
+)
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, Settings
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, Piece, RunOrder, Settings
 
 __all__ = [
     "LoadRefusedError",
@@ -54,6 +59,7 @@ __all__ = [
     "copy_partition",
     "finalize",
     "prepare",
+    "read_pieces",
     "start_session",
 ]
 
@@ -94,6 +100,7 @@ def prepare(
     *,
     logical_date: str | None = None,
     run: RunOrder | None = None,
+    store_pieces: bool = False,
 ) -> LoadPlan:
     """Validate the target, the source and the columns; create staging and the ledger.
 
@@ -107,7 +114,11 @@ def prepare(
     :param logical_date: the DAG run's logical date (ISO 8601), recorded with the load.
     :param run: the DAG run and its data interval (under Airflow): a replace, replace_partitions
         or upsert refuses to replace rows a later run of the same DAG task loaded (a replace or
-        upsert here already, before anything is made; see :mod:`airflow_pg_bulk.history`)."""
+        upsert here already, before anything is made; see :mod:`airflow_pg_bulk.history`).
+    :param store_pieces: also write each partition's pieces into the load's pieces table
+        (:func:`read_pieces`), in the transaction that makes the ledger: for steps that run
+        in other processes and get only the plan without pieces (Airflow's COPY and finalize
+        tasks). The in-process runner keeps the whole plan in memory and needs none."""
     naming.check_load_id(load_id)
     schema, table = catalog.split_name(request.table)
     resumed = False
@@ -175,6 +186,8 @@ def prepare(
             comment = ledger_comment(digest, target.qualified, scalar(conn, sql.now_epoch()))
             ledger = sql.qualified(schema, plan.ledger_table)
             execute(conn, sql.comment_on("TABLE", ledger, comment))
+        if store_pieces:
+            _store_pieces(conn, plan, digest)
         if plan.reject_table:
             catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
         history.ensure(conn, plan.history_table)
@@ -336,6 +349,63 @@ def _can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
         return False
     ledger = execute(conn, sql.ledger_rows(schema, plan.ledger_table))
     return all(row[0] != sql.FINALIZED for row in ledger)
+
+
+def _store_pieces(conn: Any, plan: LoadPlan, digest: str) -> None:
+    """Write each partition's pieces into the load's pieces table, its comment the plan's
+    digest (as the ledger's); kept as it is when prepare runs again for the same plan."""
+    schema = plan.target.schema
+    name = naming.pieces_table(plan.load_id)
+    if scalar(conn, sql.ledger_digest(schema, name)) == digest:
+        return
+    execute(conn, sql.drop_table(schema, name, if_exists=True))
+    execute(conn, sql.create_pieces(schema, name))
+    execute(conn, sql.comment_on("TABLE", sql.qualified(schema, name), digest))
+    rows = [  # ensure_ascii (json's default): any database encoding stores the text as is
+        (p.index, json.dumps([x.to_dict() for x in p.pieces], ensure_ascii=True))
+        for p in plan.partitions
+    ]
+    if rows:
+        execute(conn, sql.insert_pieces(schema, name, rows))
+
+
+def read_pieces(conn: Any, plan: LoadPlan, partitions: Sequence[int]) -> list[Partition]:
+    """The partitions of ``plan`` with these numbers, with the pieces prepare stored for them
+    (``store_pieces``): what a COPY task holding only the plan without pieces (a few KB,
+    from XCom) copies. Refused when the pieces were stored for another plan (prepare ran
+    again for changed files) or are gone (cleanup ran)."""
+    t = plan.target
+    name = naming.pieces_table(plan.load_id)
+    digest = plan.digest or planning.plan_digest(plan)
+    try:
+        found = scalar(conn, sql.ledger_digest(t.schema, name))
+        rows = execute(conn, sql.select_pieces(t.schema, name, partitions)) if found else []
+        conn.commit()
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    if found is None:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified} has no pieces table ({name}): its "
+            "cleanup ran, or its prepare did not. Run the load again from prepare"
+        )
+    if found != digest:
+        raise LoadRefusedError(
+            f"the pieces of load {plan.load_id} were stored for another plan: prepare ran "
+            "again after this task read its plan (did the source files change?). Nothing was "
+            "loaded by this task; clear it (or the whole load) to run with the new plan"
+        )
+    stored = {index: text for index, text in rows}
+    missing = sorted(set(partitions) - stored.keys())
+    if missing:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified}: no pieces stored for partitions {missing}"
+        )
+    sizes = {p.index: p.bytes for p in plan.partitions}
+    return [
+        Partition(index, tuple(Piece.from_dict(p) for p in json.loads(stored[index])), sizes[index])
+        for index in partitions
+    ]
 
 
 def _create_staging(conn: Any, plan: LoadPlan) -> None:

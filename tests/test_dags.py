@@ -237,6 +237,8 @@ def test_dags_with_run_time_arguments_parse(dynamic_dagbag):
         "pg_bulk_run_order",
         "pg_bulk_finalize_timeout",  # stops.py: run by tests/test_stops.py
         "pg_bulk_append_in_place",
+        "pg_bulk_many_files",
+        "pg_bulk_many_files_mapped_group",
     }
     prepare = dynamic_dagbag.get_dag("pg_bulk_mapped_operators").get_task("prepare")
     assert prepare.partial_kwargs["mode"] == "append"
@@ -358,9 +360,9 @@ def test_copy_tasks_render_no_plan(dynamic_dagbag, example_conn, tmp_path):
     for ti in copies:
         fields = RenderedTaskInstanceFields.get_templated_fields(ti)
         assert set(fields) == {"partition", "postgres_conn_id"}, fields
-        # its own partition (its pieces), nothing of the plan every task shares
-        assert fields["partition"]["index"] == ti.map_index
-        assert fields["partition"]["pieces"]
+        # its partition's number (its pieces are read from the load's pieces table), nothing
+        # of the plan every task shares
+        assert fields["partition"] == ti.map_index
         assert "load_id" not in repr(fields) and "_pgbulk_" not in repr(fields)
     finalize = next(ti for ti in run.get_task_instances() if ti.task_id == "load.finalize")
     assert set(RenderedTaskInstanceFields.get_templated_fields(finalize)) == {"postgres_conn_id"}

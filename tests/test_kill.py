@@ -54,12 +54,12 @@ def airflow_conn(monkeypatch: pytest.MonkeyPatch, db: Database) -> Database:
 
 
 def _prepare_xcom(plan: LoadPlan | None, key: str) -> Any:
-    """What prepare pushed: the shared plan, and the partitions as its return value."""
+    """What prepare pushed: the shared plan, and the partition numbers as its return value."""
     if plan is None:
         return None
     if key == "plan":
         return plan.shared().to_dict()
-    return [p.to_dict() for p in plan.partitions]
+    return [p.index for p in plan.partitions]
 
 
 def context(task_id: str, plan: LoadPlan | None = None, map_index: int = -1) -> dict[str, Any]:
@@ -105,7 +105,8 @@ def loaded_plan(
     build_target(db)
     target = Target(db)
     path = write_source(tmp_path, new_rows("replace"))
-    plan = prepare(db, request(db, path, "replace", **kwargs), load_id)
+    # as the prepare task does: the pieces stored for the finalize task to read
+    plan = prepare(db, request(db, path, "replace", **kwargs), load_id, store_pieces=True)
     copy(db, plan)
     return plan, target
 

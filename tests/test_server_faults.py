@@ -246,10 +246,10 @@ def request(db: Database, path: Path, mode: str, **kwargs: Any) -> LoadRequest:
     )
 
 
-def prepare(db: Database, req: LoadRequest, load_id: str | None = None) -> LoadPlan:
+def prepare(db: Database, req: LoadRequest, load_id: str | None = None, **options: Any) -> LoadPlan:
     conn = open_connection(db.dsn)
     try:
-        return steps.prepare(conn, req, load_id or naming.new_load_id())
+        return steps.prepare(conn, req, load_id or naming.new_load_id(), **options)
     finally:
         conn.close()
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -12,7 +12,7 @@ from airflow_pg_bulk import naming
 
 if TYPE_CHECKING:  # the steps (and with them the SQL and splitting) are imported when run
     from airflow_pg_bulk.figures import LoadSummary, PartitionResult
-    from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder
+    from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, RunOrder
 
 
 class PgBulkHook(PostgresHook):
@@ -32,11 +32,28 @@ class PgBulkHook(PostgresHook):
     hook_name = "Postgres (bulk load)"
     _in_use: Any = None  # the connection of the step running now (read by cancel)
     _sessions: Any = None  # finalize's extra sessions (fanout.Sessions), stopped by cancel too
+    _held: Any = None  # the connection of an open session(), which the steps inside share
+
+    @contextmanager
+    def session(self, application_name: str) -> Iterator[None]:
+        """One session for every step called inside (each step still its own transactions):
+        a COPY task reads its pieces and copies its partitions on one connection, so it
+        never holds two sessions, even for the moment a closed one takes to end on the
+        server (a pool bounding COPY tasks then bounds their sessions)."""
+        with self._bulk_connection(application_name) as conn:
+            self._held = conn
+            try:
+                yield
+            finally:
+                self._held = None
 
     @contextmanager
     def _bulk_connection(self, application_name: str) -> Iterator[Any]:
         from airflow_pg_bulk import driver, steps
 
+        if self._held is not None:  # inside session(): its connection, named and kept open
+            yield self._held
+            return
         conn = self.get_conn()
         self._in_use = conn
         try:
@@ -73,7 +90,8 @@ class PgBulkHook(PostgresHook):
         run: RunOrder | None = None,
         application_name: str | None = None,
     ) -> LoadPlan:
-        """Validate, capture the target's definition, create staging; return the plan.
+        """Validate, capture the target's definition, create staging; store each partition's
+        pieces in the load's pieces table (:meth:`read_pieces`); return the plan.
 
         :param logical_date: the DAG run's logical date (ISO 8601), kept with the load.
         :param run: the DAG run and its data interval, for the ordering rule."""
@@ -81,7 +99,21 @@ class PgBulkHook(PostgresHook):
 
         name = application_name or naming.application_name(load_id, "prepare")
         with self._bulk_connection(name) as conn:
-            return steps.prepare(conn, request, load_id, logical_date=logical_date, run=run)
+            return steps.prepare(
+                conn, request, load_id, logical_date=logical_date, run=run, store_pieces=True
+            )
+
+    def read_pieces(
+        self, plan: LoadPlan, partitions: Sequence[int], *, application_name: str | None = None
+    ) -> list[Partition]:
+        """These partitions of ``plan`` (the plan without pieces, :meth:`LoadPlan.shared`),
+        with the pieces :meth:`prepare` stored for them (see
+        :func:`airflow_pg_bulk.steps.read_pieces`)."""
+        from airflow_pg_bulk import steps
+
+        name = application_name or naming.application_name(plan.load_id, "pieces")
+        with self._bulk_connection(name) as conn:
+            return steps.read_pieces(conn, plan, partitions)
 
     def copy_partition(
         self,

@@ -92,18 +92,6 @@ def plan_from_xcom(
     return LoadPlan.from_dict(plan)
 
 
-def partitions_from_xcom(
-    context: Context, prepare_task_id: str, prepare_map_index: int | None
-) -> list[Partition]:
-    """Every partition of the load, with its pieces: prepare's return value (read by finalize,
-    and by COPY tasks given partition numbers rather than their partitions)."""
-    found = context["ti"].xcom_pull(
-        task_ids=prepare_task_id,
-        map_indexes=-1 if prepare_map_index is None else prepare_map_index,
-    )
-    return [Partition.from_dict(item) for item in found or ()]
-
-
 def logical_date(context: Context) -> str | None:
     """The DAG run's logical date (else its ``run_after``) in ISO 8601, or None."""
     when = context.get("logical_date")
@@ -169,10 +157,12 @@ class _PgBulkOperator(BaseOperator):
 class PgBulkPrepareOperator(_PgBulkOperator):
     """Validate the load, capture the target's definition, create staging, split the source.
 
-    Returns the partitions (dicts: index, bytes, pieces) as its XCom, to map the COPY tasks
-    over, so that each reads only its own pieces, and pushes what every task shares (the plan
-    without the pieces: a few KB whatever the number of files) under the XCom key ``plan``,
-    which copy and finalize fetch themselves (their ``prepare_task_id``)::
+    Stores each partition's pieces (the byte ranges it copies) in the load's pieces table in
+    the target database, which each COPY task reads by its partition number. Returns the
+    partition numbers (``[0, 1, …]``) as its XCom, to map the COPY tasks over, and pushes what
+    every task shares (the plan without the pieces) under the XCom key ``plan``, which copy and
+    finalize fetch themselves (their ``prepare_task_id``): both a few KB whatever the number
+    of files::
 
         PgBulkCopyOperator.partial(task_id="copy", prepare_task_id="prepare").expand(
             partition=prepare.output)
@@ -367,7 +357,8 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             raise
         plan = figures.stamp_prepare(plan, started_at, time.time())
         # every task reads the shared plan (a few KB whatever the number of files); each COPY
-        # task is mapped over the partitions returned, so it reads only its own pieces
+        # task is mapped over the partition numbers returned (Airflow hands every mapped task
+        # the whole list) and reads its own pieces from the pieces table
         context["ti"].xcom_push(key="plan", value=plan.shared().to_dict())
         self.log.info(
             "Load %s: %d partitions of %s, %.1f MB in all",
@@ -376,7 +367,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             plan.target.qualified,
             plan.source_bytes / 1e6,
         )
-        return [p.to_dict() for p in plan.partitions]
+        return [p.index for p in plan.partitions]
 
 
 def _checked_table(value: Any) -> str:
@@ -405,8 +396,9 @@ class PgBulkCopyOperator(_PgBulkOperator):
     """COPY partitions of the plan into staging, each exactly once (map it over the partitions).
 
     The plan is not an argument: the task fetches it from the XCom ``plan`` of
-    ``prepare_task_id`` when it runs, so it is not stored as a rendered field of every COPY
-    task. Wired by hand::
+    ``prepare_task_id`` when it runs (the plan without pieces, a few KB), so it is not stored
+    as a rendered field of every COPY task, and reads its partitions' pieces from the load's
+    pieces table, which prepare wrote. Wired by hand::
 
         PgBulkCopyOperator.partial(task_id="copy", prepare_task_id="prepare").expand(
             partition=prepare.output)
@@ -416,11 +408,11 @@ class PgBulkCopyOperator(_PgBulkOperator):
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param prepare_task_id: the prepare task's task id, with its group prefix
         (``prepare.task_id``).
-    :param partition: the partition, as prepare returns it (a dict), or its number, or a list
-        of either (copied one after another, each in its own transaction); map with
+    :param partition: the partition's number, as prepare returns them, or a list of numbers
+        (copied one after another, each in its own transaction); map with
         ``.expand(partition=prepare.output)``: over a mapped prepare's output, each COPY task
-        gets one prepare instance's list. Given numbers, the task reads every partition from
-        prepare's return value. (templated)
+        gets one prepare instance's list. A whole partition (a dict with its ``pieces``) is
+        copied as given. (templated)
     :param partition_stride: with an int ``partition`` ``i``: copy partitions ``i``,
         ``i + partition_stride``, ``i + 2 * partition_stride``, … (those the plan has; none is
         not an error), for a fixed number of unmapped COPY tasks; default none: only
@@ -455,23 +447,28 @@ class PgBulkCopyOperator(_PgBulkOperator):
         items = self.partition if isinstance(self.partition, (list, tuple)) else [self.partition]
         return [int(p["index"]) if isinstance(p, dict) else int(p) for p in items]
 
-    def partitions(self, context: Context, plan: LoadPlan, map_index: int | None) -> list[Any]:
-        """The partitions (with their pieces) this task copies: those it was given, as mapped
-        over prepare's output; else, given numbers, read from prepare's return value."""
+    def partitions(self, plan: LoadPlan, session: str) -> list[Partition]:
+        """The partitions (with their pieces) this task copies: given whole (dicts with their
+        pieces), as they are; else, given numbers, with the pieces read from the load's pieces
+        table."""
         items = self.partition if isinstance(self.partition, (list, tuple)) else [self.partition]
-        if not self.partition_stride and all(isinstance(p, dict) for p in items):
+        if not self.partition_stride and all(isinstance(p, dict) and "pieces" in p for p in items):
             return [Partition.from_dict(p) for p in items]
-        whole = {p.index: p for p in partitions_from_xcom(context, self.prepare_task_id, map_index)}
-        return [whole[n] for n in self.partition_numbers(len(plan.partitions))]
+        numbers = self.partition_numbers(len(plan.partitions))
+        if not numbers:
+            return []
+        with _terminal_errors_fail():
+            return self.hook.read_pieces(plan, numbers, application_name=session)
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
-        mine = self.partitions(context, plan, map_index)
-        plan = plan.with_partitions(mine)
-        numbers = [p.index for p in mine]
         name = session_name(context, plan.load_id)
-        results = [self._copy(plan, index, name) for index in numbers]
+        with self.hook.session(name):  # its pieces and its COPYs: one session, never two
+            mine = self.partitions(plan, name)
+            plan = plan.with_partitions(mine)
+            numbers = [p.index for p in mine]
+            results = [self._copy(plan, index, name) for index in numbers]
         if not numbers:
             self.log.info("No partition of %d is this task's", len(plan.partitions))
         single = not self.partition_stride and not isinstance(self.partition, (list, tuple))
@@ -526,8 +523,14 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
 
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
-        # the pieces too: to load a partition a partial clear left out, and for lineage
-        plan = plan.with_partitions(partitions_from_xcom(context, self.prepare_task_id, map_index))
+        name = session_name(context, plan.load_id)
+        # the pieces too, from the pieces table: to load a partition a partial clear left out
+        # or whose guessed bounds were wrong, and for lineage
+        with _terminal_errors_fail():
+            whole = self.hook.read_pieces(
+                plan, [p.index for p in plan.partitions], application_name=name
+            )
+        plan = plan.with_partitions(whole)
         copies = None
         try:  # the COPY tasks' span, for the whole load's figures (prepare's start is in the plan)
             with closing(self.hook.get_conn()) as conn:
@@ -535,7 +538,7 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
         except Exception:  # finalize says what is wrong with the ledger
             self.log.warning("could not read the COPY times from the ledger", exc_info=True)
         with _terminal_errors_fail():
-            summary = self.hook.finalize(plan, application_name=session_name(context, plan.load_id))
+            summary = self.hook.finalize(plan, application_name=name)
         summary = figures.whole_load(summary, plan, copies, time.time())
         self.log.info("%s", summary.describe())
         self._announce(context, plan, summary)

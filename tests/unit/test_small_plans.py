@@ -1,15 +1,17 @@
-"""What a COPY task reads from XCom does not grow with the number of files.
+"""The shared plan (every partition's pieces left out) does not grow with the number of files.
 
-Prepare pushes the shared plan (every partition's pieces left out) under the key ``plan`` and
-returns the partitions, which the COPY tasks are mapped over: each reads the shared plan and
-its own partition. Measured here on plans of 1,000 and 100,000 small files in 256 partitions
-(the plan made by the same pure function prepare uses; the operator with Airflow's context
-mocked, recording what it pulls).
+Prepare pushes the shared plan under the XCom key ``plan``, stores each partition's pieces in
+the load's pieces table and returns the partition numbers, which the COPY tasks are mapped
+over; each COPY task reads the shared plan and its own pieces. What the COPY tasks really pull
+under Airflow is measured in tests/test_xcom_sizes.py (``dag.test()``); here, the pure part,
+on plans of 1,000 and 10,000 small files in 256 partitions made by the same pure function
+prepare uses, and a COPY task given a whole partition by hand (Airflow's context mocked).
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from types import SimpleNamespace
 from typing import Any
 
@@ -49,7 +51,7 @@ def _size(value: Any) -> int:
 
 
 @pytest.mark.parametrize("files", [1_000, 10_000])
-def test_a_copy_task_reads_the_shared_plan_and_its_own_partition_only(files):
+def test_a_copy_task_given_its_whole_partition_pulls_only_the_shared_plan(files):
     plan = _plan(files)
     shared = plan.shared().to_dict()
     returned = [p.to_dict() for p in plan.partitions]
@@ -63,8 +65,10 @@ def test_a_copy_task_reads_the_shared_plan_and_its_own_partition_only(files):
     copied: list[Partition] = []
     operator = PgBulkCopyOperator(
         task_id="copy", prepare_task_id="prepare", partition=returned[7]
-    )  # as mapped over prepare's output: the 8th partition
+    )  # the 8th partition, given whole (wired by hand): nothing to read from the database
     operator._copy = lambda plan, index, session: copied.append(plan.partition(index)) or {}
+    # no server here: the task's one session (hook.session) opens nothing; _copy is recorded
+    operator.__dict__["hook"] = SimpleNamespace(session=lambda name: nullcontext())
     prepare = SimpleNamespace(is_mapped=False, get_closest_mapped_task_group=lambda: None)
     context = {
         "ti": SimpleNamespace(dag_id="d", task_id="copy", map_index=7, xcom_pull=xcom_pull),
@@ -95,3 +99,16 @@ def test_the_shared_plan_and_a_partition_make_the_whole_plan_for_that_partition(
     assert rebuilt.partition(3) == part
     assert rebuilt.digest == plan.digest == planning.plan_digest(plan)
     assert len(rebuilt.partitions) == PARTITIONS
+
+
+def test_the_pieces_table_statements_quote_the_json_text():
+    from airflow_pg_bulk import sql
+
+    part = _plan(3).partitions[0]
+    text = json.dumps([p.to_dict() for p in part.pieces] + [{"path": "it's \u00e9"}])
+    insert = sql.insert_pieces("s", "_pgbulk_x_pieces", [(0, text)]).as_string(None)
+    assert insert.startswith('INSERT INTO "s"."_pgbulk_x_pieces" (partition, pieces) VALUES (0, ')
+    assert "it''s \\\\u00e9" in insert  # one Literal: quotes doubled, the escape kept as text
+    select = sql.select_pieces("s", "_pgbulk_x_pieces", [3, 1]).as_string(None)
+    assert "WHERE partition = ANY('{3,1}'::" in select
+    assert select.endswith("::integer[]) ORDER BY partition")
