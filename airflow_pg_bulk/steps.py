@@ -358,7 +358,8 @@ def _store_pieces(conn: Any, plan: LoadPlan, digest: str) -> None:
     name = naming.pieces_table(plan.load_id)
     if scalar(conn, sql.ledger_digest(schema, name)) == digest:
         return
-    execute(conn, sql.drop_table(schema, name, if_exists=True))
+    if scalar(conn, sql.relation_exists(schema, name)):  # (no DDL when there is none)
+        execute(conn, sql.drop_table(schema, name))
     execute(conn, sql.create_pieces(schema, name))
     execute(conn, sql.comment_on("TABLE", sql.qualified(schema, name), digest))
     rows = [  # ensure_ascii (json's default): any database encoding stores the text as is

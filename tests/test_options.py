@@ -293,7 +293,7 @@ def test_templates_render_into_checked_values():
         "lock_timeout": "5s", "maintenance_work_mem": "1GB", "index_workers": 2,
         "synchronous_commit": "on", "analyze": False, "on_error": "reject", "max_rejects": 9,
         "reject_table": "s.bad", "source_conn_id": "", "allow_older_run": True,
-        "history_keep": 50,
+        "history_keep": 50, "abandoned_after": "2h",
     }  # fmt: skip
     assert set(params) >= set(options.NAMES)
     prepare.render_template_fields({"params": params})
@@ -304,7 +304,7 @@ def test_templates_render_into_checked_values():
     assert request.columns == ("id", "v")
     assert request.copy == CopyOptions("text", False, "|", "", '"', None, "LATIN1")
     assert (request.partitions, request.partition_size, request.staging_logged) == (3, 1000, True)
-    assert request.settings == Settings("5s", "1GB", "on", False, 2, True, 50)
+    assert request.settings == Settings("5s", "1GB", "on", False, 2, True, 50, "2h")
     assert request.errors == ErrorPolicy("reject", 9, "s.bad")
     assert request.source_conn_id is None
 
