@@ -118,20 +118,29 @@ class LoadSummary(PlainData):
         """Source megabytes (10^6 bytes) loaded per wall second, end to end."""
         return self.bytes / 1e6 / self.wall_seconds if self.wall_seconds > 0 else 0.0
 
+    @property
+    def superseded(self) -> int | None:
+        """An upsert's loaded rows superseded by a later row with the same key (``rows -
+        inserted - updated``); None when :attr:`inserted` and :attr:`updated` are."""
+        if self.inserted is None or self.updated is None:
+            return None
+        return self.rows - self.inserted - self.updated
+
     def to_dict(self) -> dict[str, Any]:
-        """The fields, plus ``wall_seconds``, ``rows_per_second`` and ``megabytes_per_second``
-        (derived: :meth:`from_dict` ignores them)."""
+        """The fields, plus ``wall_seconds``, ``rows_per_second``, ``megabytes_per_second``
+        and ``superseded`` (derived: :meth:`from_dict` ignores them)."""
         return {
             **super().to_dict(),
             "wall_seconds": self.wall_seconds,
             "rows_per_second": self.rows_per_second,
             "megabytes_per_second": self.megabytes_per_second,
+            "superseded": self.superseded,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadSummary:  # type: ignore[override]
         """Rebuild from :meth:`to_dict` output (the derived figures are recomputed)."""
-        derived = ("wall_seconds", "rows_per_second", "megabytes_per_second")
+        derived = ("wall_seconds", "rows_per_second", "megabytes_per_second", "superseded")
         return super().from_dict({k: v for k, v in data.items() if k not in derived})
 
     def describe(self) -> str:
@@ -147,11 +156,10 @@ class LoadSummary(PlainData):
             f"  {self.records:,} records read from the source: {self.rows:,} loaded, "
             f"{self.rejects:,} rejected" + (" (see the reject table)" if self.rejects else "")
         )
-        if self.inserted is not None and self.updated is not None:
-            superseded = self.rows - self.inserted - self.updated
+        if self.superseded is not None:
             lines.append(
                 f"  upsert: {self.inserted:,} rows inserted, {self.updated:,} updated, "
-                f"{superseded:,} superseded by a later row with the same key"
+                f"{self.superseded:,} superseded by a later row with the same key"
             )
         for name, secs in self.seconds.items():
             note = f"  ({WAIT_PHASES[name]})" if name in WAIT_PHASES else ""

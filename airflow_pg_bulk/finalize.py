@@ -408,6 +408,7 @@ def _swap(
             "(columns, indexes, constraints, triggers, grants, owner or comments); "
             "nothing was swapped. Run the load again"
         )
+    _restore_identity(conn, plan)
     views = execute(conn, sql.dependent_views(now.oid))
     identity_positions = {}
     for seq in t.sequences:
@@ -477,6 +478,33 @@ def _swap(
 
 
 _PROBE = "pgbulk_drop_probe"
+
+
+def _restore_identity(conn: Any, plan: LoadPlan) -> None:
+    """An identity column that was not loaded is a plain column of staging drawing from the
+    target's sequence (see steps._create_staging): make it the identity it was (same kind,
+    the sequence's options) before the swap carries the sequence's position over."""
+    t = plan.target
+    stage = plan.staging_table
+    always = {c.name: c.identity == Identity.ALWAYS for c in t.columns}
+    kinds = {
+        name: kind for name, kind, _default in execute(conn, sql.column_defaults(t.schema, stage))
+    }
+    for number, seq in enumerate(s for s in t.sequences if s.kind == "identity"):
+        if kinds.get(seq.column) != "":
+            continue  # an identity (LIKE the target's), or no such column
+        execute(conn, sql.set_default(t.schema, stage, seq.column, None))
+        execute(
+            conn,
+            sql.add_identity(
+                t.schema,
+                stage,
+                seq.column,
+                always=always[seq.column],
+                sequence=(seq.schema, naming.temp_sequence(plan.load_id, number)),
+                options=execute(conn, sql.sequence_options(seq.schema, seq.name))[0],
+            ),
+        )
 
 
 def drop_retired(conn: Any, plan: LoadPlan) -> bool:

@@ -90,7 +90,12 @@ def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
     docstring); never raises (a failure to look is logged and the files are named). None: the
     constraint is not the target's (a key of a table referencing it, re-added by the swap,
     that the new rows no longer satisfy): no loaded row breaks it."""
-    return _search(conn, plan, lambda: _checks(conn, plan, err))
+    found = _search(conn, plan, lambda: _checks(conn, plan, err))
+    if found is not None and not found.rows and _key_value(err) is not None:
+        # no loaded row renders the key as the server did (a type whose text differs): any
+        # row that breaks the constraint
+        found = _search(conn, plan, lambda: _checks(conn, plan, err, by_value=False))
+    return found
 
 
 def locate_failing(conn: Any, plan: LoadPlan, condition: sql.Composable) -> Found:
@@ -136,9 +141,13 @@ def _search(conn: Any, plan: LoadPlan, make: Callable[[], list[_Check] | None]) 
     return Found(files=files)
 
 
-def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
+def _checks(
+    conn: Any, plan: LoadPlan, err: ServerError, *, by_value: bool = True
+) -> list[_Check] | None:
     """The queries that find an offending row of the constraint ``err`` names; [] when none
-    can; None when it is no constraint of the target."""
+    can; None when it is no constraint of the target. ``by_value``: a duplicate key's rows
+    are those with the key value the server names (``Key (id)=(1) already exists``; another
+    key loaded twice is not the one the error is about)."""
     t = plan.target
     if err.sqlstate == "23502":
         match = _NOT_NULL_COLUMN.search(err.message)
@@ -150,12 +159,23 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
         return None
     name = naming.original_names(plan, err.constraint)
     found = execute(conn, sql.violated_constraint(t.oid, name))
+    # a partitioned target: the server names a partition's constraint (pq_p0_pkey: its share
+    # of the parent's key; a CHECK or foreign key of the partition alone)
+    leaf = None
+    for candidate in t.partitioning.leaves if t.partitioning and not found else ():
+        found = execute(conn, sql.violated_constraint(candidate.definition.oid, name))
+        if found:
+            leaf = candidate
+            break
     if not found:
         return None
-    kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression = found[0]
+    kind, key, ref_schema, ref_table, ref_key, op_schemas, op_names, expression, shared = found[0]
     key = list(key)
+    # a constraint of one partition alone holds for the rows routed to it only
+    only = leaf.constraint if leaf is not None and not shared else None
+    within: list[sql.Composable] = [sql.SQL(only)] if only else []
     if kind == "c":
-        return [_failing(sql.check_fails(expression))]
+        return [_failing(_within(sql.check_fails(expression), within))]
     if not key or not set(key) <= set(plan.columns):
         return []
     if kind == "f":
@@ -163,7 +183,8 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
         # refuses one) is matched by the target's rows and by the loaded ones, all in staging
         to_itself = (ref_schema, ref_table) == (t.schema, t.table)
         also = (t.schema, plan.staging_table) if to_itself else None
-        return [_failing(sql.unreferenced(key, ref_schema, ref_table, list(ref_key), also=also))]
+        unreferenced = sql.unreferenced(key, ref_schema, ref_table, list(ref_key), also=also)
+        return [_failing(_within(unreferenced, within))]
     if kind not in ("p", "u", "i", "x"):
         return []
     ops: list[tuple[str, str] | None] = (
@@ -174,13 +195,40 @@ def _checks(conn: Any, plan: LoadPlan, err: ServerError) -> list[_Check] | None:
         same = list(plan.upsert.key)
         if kind != "x" and set(key) == set(same):
             return []  # the upsert's own key: a repeated key is an update, never a violation
+    value = _key_value(err) if by_value and kind != "x" else None
+    if value is not None:
+        within.append(sql.key_rendered_as(key, value))
     checks = [
-        _Check("pair", lambda after: sql.replay_conflicting_pair(key, ops, after=after, same=same))
+        _Check(
+            "pair",
+            lambda after: sql.replay_conflicting_pair(
+                key, ops, after=after, same=same, within=sql.all_of(within)
+            ),
+        )
     ]
-    if plan.mode != "replace":
-        target = sql.conflicts_with_target(t.schema, t.table, key, ops, same=same)
-        checks.append(dataclasses.replace(_failing(target), shape="target"))
+    # (a replace_partitions replaces whole partitions, and a key of a partitioned table holds
+    # within each: the loaded rows never meet the target's)
+    if plan.mode not in ("replace", "replace_partitions"):
+        table = leaf.definition.table if only and leaf is not None else t.table
+        target = sql.conflicts_with_target(t.schema, table, key, ops, same=same)
+        checks.append(dataclasses.replace(_failing(_within(target, within)), shape="target"))
     return checks
+
+
+_KEY_DETAIL = re.compile(r"Key \(.*?\)=\((.*)\) (?:already exists|is duplicated)\.", re.DOTALL)
+
+
+def _key_value(err: ServerError) -> str | None:
+    """The key's value as a duplicate key error's detail renders it (``1, 5`` of ``Key (id,
+    n)=(1, 5) already exists.``), or None."""
+    match = _KEY_DETAIL.fullmatch(err.detail or "")
+    return match.group(1) if match and err.sqlstate == "23505" else None
+
+
+def _within(condition: sql.Composable, within: list[sql.Composable]) -> sql.Composable:
+    """``condition`` on the replayed rows for which every one of ``within`` holds (one
+    partition's: its constraint, whose columns name the replayed row's; a key value)."""
+    return sql.all_of([*within, condition]) or condition
 
 
 def _failing(condition: sql.Composable) -> _Check:

@@ -47,7 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql, translate
+from airflow_pg_bulk import catalog, finalize, history, locking, naming, sql
 from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.driver import (
     close_cancelling,
@@ -239,9 +239,9 @@ def build_in_parallel(connect: Callable[[], Any], plan: LoadPlan, jobs: int) -> 
         with _session(connect, plan, "build", number) as conn:
             try:
                 _build_leaf(conn, unanalyzed, number, PhaseClock())
-            except BaseException as exc:
+            except BaseException:
                 rollback_quietly(conn)
-                raise translate.finalize_error(exc, plan) from exc
+                raise  # finalize translates it (and finds the row of a broken constraint)
 
     workers = min(jobs, len(swapped))
     with ThreadPoolExecutor(max_workers=workers) as pool:
@@ -362,6 +362,13 @@ def _swap_leaf(
     t = plan.target
     d = leaf.definition
     stage = naming.staging_partition(plan.load_id, number)
+    # the columns' defaults as the partition had them (the staging partition took its
+    # parent's, e.g. an identity column's nextval() on the target's sequence); an identity
+    # inherited from the parent (PostgreSQL 17+) comes back with ATTACH
+    former = {
+        name: default
+        for name, _identity, default in execute(conn, sql.column_defaults(t.schema, d.table))
+    }
     execute(conn, sql.detach_partition(t.schema, t.table, d.table))
     execute(conn, sql.drop_table(t.schema, d.table))
     execute(conn, sql.rename_table(t.schema, stage, d.table))
@@ -373,6 +380,9 @@ def _swap_leaf(
     if d.owner != scalar(conn, sql.current_user()):
         execute(conn, sql.set_owner(t.schema, d.table, d.owner))
     finalize._restore_properties(conn, d, triggers=False)
+    for name, _identity, default in execute(conn, sql.column_defaults(t.schema, d.table)):
+        if default != former.get(name):
+            execute(conn, sql.set_default(t.schema, d.table, name, former.get(name)))
     execute(conn, sql.attach_partition(t.schema, t.table, d.table, leaf.bound))
     if leaf.constraint:
         execute(conn, sql.drop_constraint(t.schema, d.table, naming.bound_check(plan.load_id)))

@@ -135,15 +135,6 @@ def _append_rows(conn: Any, plan: LoadPlan, rows: int) -> str:
         raise finalize._staging_lost(plan, staged, rows)
     if not plan.staging_logged and t.persistence == Persistence.PERMANENT:
         execute(conn, sql.set_logged(t.schema, stage))
-    for seq in t.sequences:
-        if seq.kind == "identity" and seq.column not in plan.columns:
-            # COPY numbered the rows from staging's own sequence: number them from the
-            # target's, as an INSERT into the target would, and start staging's again (the
-            # swap then carries the target's position over)
-            execute(
-                conn, sql.renumber_identity(t.schema, stage, seq.column, (seq.schema, seq.name))
-            )
-            execute(conn, sql.restart_identity(t.schema, stage, seq.column))
     columns = _copied_columns(t)
     execute(
         conn,

@@ -13,6 +13,7 @@ own driver objects, so the same statements serve psycopg 3 and psycopg2.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
@@ -948,10 +949,14 @@ def upsert_from_staging(
     key_may_be_null: bool,
     override_identity: bool,
     where: str | None = None,
+    drawn: Sequence[tuple[str, str, str]] = (),
 ) -> Composed:
     """Upsert in place: one ``INSERT … ON CONFLICT (key) DO UPDATE`` from staging, returning
     (rows inserted, rows updated). ``where``: only the staged rows that satisfy this
     server-rendered expression (a partition's constraint: the upsert of one partition).
+    ``drawn``: identity columns not loaded, (column, sequence schema, name), whose inserted
+    values are drawn from the sequence here (a partition of a partitioned target: before
+    PostgreSQL 17 it does not apply its parent's identity); an updated row keeps its own.
 
     ``latest_wins``: staging may hold a key more than once; only its row latest in source
     order (the largest :data:`SOURCE_ORDER`) is upserted (``DISTINCT ON``, which also feeds
@@ -963,6 +968,11 @@ def upsert_from_staging(
     if latest_wins:
         source = latest_loaded(schema, staging, columns, key, key_may_be_null=key_may_be_null)
     updated = [c for c in columns if c not in key] or list(key[:1])
+    values: list[Composable] = [Identifier(c) for c in columns]
+    values += [
+        SQL("nextval({}::regclass)").format(Literal(Identifier(s, n).as_string()))
+        for _, s, n in drawn
+    ]
     return SQL(
         "WITH upserted AS (INSERT INTO {} AS target ({}){} SELECT {} FROM ({}) AS loaded"
         "{} ON CONFLICT ({}) DO UPDATE SET {} RETURNING target.xmax = 0 AS inserted)"
@@ -970,9 +980,9 @@ def upsert_from_staging(
         " FROM upserted"
     ).format(
         _table(schema, table),
-        _columns(columns),
-        SQL(" OVERRIDING SYSTEM VALUE" if override_identity else ""),
-        _columns(columns),
+        _columns([*columns, *(c for c, _, _ in drawn)]),
+        SQL(" OVERRIDING SYSTEM VALUE" if override_identity or drawn else ""),
+        SQL(", ").join(values),
         source,
         SQL(" WHERE ({})").format(SQL(where)) if where else SQL(""),
         _columns(key),
@@ -1116,21 +1126,6 @@ def loaded_not_in_target(
     )
 
 
-def renumber_identity(schema: str, table: str, column: str, sequence: tuple[str, str]) -> Composed:
-    """Append rebuild: rows COPYed into staging without an identity column took numbers from
-    staging's own sequence; give them the target's, as an INSERT into the target would."""
-    return SQL("UPDATE {} SET {} = nextval({}::regclass)").format(
-        _table(schema, table), Identifier(column), Literal(Identifier(*sequence).as_string())
-    )
-
-
-def restart_identity(schema: str, table: str, column: str) -> Composed:
-    """Put a table's identity sequence back at its start (the swap then sets the target's)."""
-    return SQL("ALTER TABLE {} ALTER COLUMN {} RESTART").format(
-        _table(schema, table), Identifier(column)
-    )
-
-
 # --- finding the rows that break a constraint (airflow_pg_bulk.offenders) ----------------------
 
 REPLAY_TABLE = "pgbulk_replay"  # a TEMP table: the source read again, each row numbered
@@ -1154,7 +1149,8 @@ def violated_constraint(oid: int, name: str) -> Composed:
     """The target's constraint (or unique index without one) ``name``: its kind (``p u f c x``,
     ``i`` for such an index), key columns in order (empty when one is an expression), the
     referenced table's schema, name and columns (``f``), the operators' schemas and names
-    (``x``), and the expression (``c``)."""
+    (``x``), the expression (``c``), and whether it comes from a parent (a partition's
+    share of its partitioned table's constraint or index)."""
     return SQL(
         "SELECT con.contype::text,"
         " CASE WHEN 0 = ANY(con.conkey) THEN '{{}}'::text[] ELSE ARRAY(SELECT a.attname"
@@ -1169,7 +1165,7 @@ def violated_constraint(oid: int, name: str) -> Composed:
         "   ORDER BY e.n)::text[],"
         " ARRAY(SELECT o.oprname FROM unnest(con.conexclop) WITH ORDINALITY e(op, n)"
         "   JOIN pg_operator o ON o.oid = e.op ORDER BY e.n)::text[],"
-        " pg_get_expr(con.conbin, con.conrelid)"
+        " pg_get_expr(con.conbin, con.conrelid), con.conparentid <> 0 OR con.coninhcount > 0"
         " FROM pg_constraint con LEFT JOIN pg_class fc ON fc.oid = con.confrelid"
         " LEFT JOIN pg_namespace fn ON fn.oid = fc.relnamespace"
         " WHERE con.conrelid = {oid} AND con.conname = {name}"
@@ -1178,7 +1174,8 @@ def violated_constraint(oid: int, name: str) -> Composed:
         "   FROM unnest(i.indkey::int2[]) WITH ORDINALITY k(attnum, n)"
         "   JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
         "   WHERE k.n <= i.indnkeyatts ORDER BY k.n)::text[] ELSE '{{}}'::text[] END,"
-        " NULL, NULL, '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], NULL"
+        " NULL, NULL, '{{}}'::text[], '{{}}'::text[], '{{}}'::text[], NULL,"
+        " EXISTS (SELECT 1 FROM pg_inherits h WHERE h.inhrelid = i.indexrelid)"
         " FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid"
         " WHERE i.indrelid = {oid} AND ic.relname = {name} AND i.indisunique"
         " AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = i.indexrelid"
@@ -1223,10 +1220,14 @@ def replay_conflicting_pair(
     *,
     after: int,
     same: Sequence[str] = (),
+    within: Composable | None = None,
 ) -> Composed:
     """The first two replayed rows that conflict on ``key`` (equal, or each column's exclusion
-    operator true), the later one numbered past ``after``; rows equal on ``same`` never do."""
-    replay = _table("pg_temp", REPLAY_TABLE)
+    operator true), the later one numbered past ``after``; rows equal on ``same`` never do;
+    ``within``: only rows for which this condition on their unqualified columns holds."""
+    replay: Composable = _table("pg_temp", REPLAY_TABLE)
+    if within is not None:
+        replay = SQL("(SELECT * FROM {} WHERE {})").format(replay, within)
     row = Identifier(REPLAY_ROW)
     return SQL(
         "SELECT a.{row}, b.{row} FROM {r} a JOIN {r} b ON a.{row} < b.{row} AND {on}{same}"
@@ -1285,6 +1286,27 @@ def unreferenced(
         SQL(" AND ").join(
             SQL("NOT EXISTS (SELECT 1 FROM {} p WHERE {})").format(t, match) for t in tables
         ),
+    )
+
+
+def all_of(conditions: Sequence[Composable]) -> Composable | None:
+    """The conditions joined by AND; None for none."""
+    if not conditions:
+        return None
+    return SQL(" AND ").join(SQL("({})").format(c) for c in conditions)
+
+
+def key_rendered_as(key: Sequence[str], value: str) -> Composed:
+    """A row (its columns unqualified) whose ``key`` reads ``value`` as a duplicate key error
+    renders it: each column's text output (``null`` for NULL), joined by ``, ``."""
+    return SQL("concat_ws(', ', {}) = {}").format(
+        SQL(", ").join(
+            SQL("CASE WHEN {0} IS NULL THEN 'null' ELSE format('%s', {0}) END").format(
+                Identifier(c)
+            )
+            for c in key
+        ),
+        Literal(value),
     )
 
 
@@ -1353,10 +1375,78 @@ def add_check(schema: str, table: str, name: str, expression: str) -> Composed:
 def default_from_sequence(
     schema: str, table: str, column: str, sequence: tuple[str, str]
 ) -> Composed:
-    """A column's default drawn from a sequence (staging of a partitioned target: an identity
-    column not loaded takes its values from the target's own identity sequence)."""
+    """A column's default drawn from a sequence (staging: an identity column not loaded takes
+    its values from the target's own identity sequence)."""
     return SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT nextval({}::regclass)").format(
         _table(schema, table), Identifier(column), Literal(Identifier(*sequence).as_string())
+    )
+
+
+def column_defaults(schema: str, table: str) -> Composed:
+    """A table's columns (not generated) in order: name, identity kind (``pg_attribute
+    .attidentity``), default expression as the server renders it (NULL: none)."""
+    return SQL(
+        "SELECT a.attname, a.attidentity::text, pg_get_expr(d.adbin, d.adrelid)"
+        " FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid"
+        " AND d.adnum = a.attnum WHERE a.attrelid = {}::regclass AND a.attnum > 0"
+        " AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum"
+    ).format(Literal(Identifier(schema, table).as_string()))
+
+
+def set_default(schema: str, table: str, column: str, expression: str | None) -> Composed:
+    """Give a column the default ``expression`` (as :func:`column_defaults` rendered it from
+    the catalog, under the same ``search_path``), or none."""
+    if expression is None:
+        return SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(
+            _table(schema, table), Identifier(column)
+        )
+    return SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
+        _table(schema, table), Identifier(column), SQL(expression)
+    )
+
+
+def drop_identity(schema: str, table: str, column: str) -> Composed:
+    """Make an identity column a plain one (its sequence goes with it)."""
+    return SQL("ALTER TABLE {} ALTER COLUMN {} DROP IDENTITY").format(
+        _table(schema, table), Identifier(column)
+    )
+
+
+def sequence_options(schema: str, name: str) -> Composed:
+    """A sequence's start, increment, minimum, maximum, cache and cycle (``pg_sequence``)."""
+    return SQL(
+        "SELECT seqstart, seqincrement, seqmin, seqmax, seqcache, seqcycle"
+        " FROM pg_catalog.pg_sequence WHERE seqrelid = {}::regclass"
+    ).format(Literal(Identifier(schema, name).as_string()))
+
+
+def add_identity(
+    schema: str,
+    table: str,
+    column: str,
+    *,
+    always: bool,
+    sequence: tuple[str, str],
+    options: Sequence[Any],
+) -> Composed:
+    """Make a plain NOT NULL column an identity column whose new sequence is ``sequence``
+    (schema, name) with ``options`` as :func:`sequence_options` read them (from the sequence
+    it takes the place of)."""
+    start, increment, minimum, maximum, cache, cycle = options
+    return SQL(
+        "ALTER TABLE {} ALTER COLUMN {} ADD GENERATED {} AS IDENTITY (SEQUENCE NAME {}"
+        " START WITH {} INCREMENT BY {} MINVALUE {} MAXVALUE {} CACHE {} {})"
+    ).format(
+        _table(schema, table),
+        Identifier(column),
+        SQL("ALWAYS" if always else "BY DEFAULT"),
+        Identifier(*sequence),
+        Literal(start),
+        Literal(increment),
+        Literal(minimum),
+        Literal(maximum),
+        Literal(cache),
+        SQL("CYCLE" if cycle else "NO CYCLE"),
     )
 
 

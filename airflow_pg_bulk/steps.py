@@ -213,6 +213,18 @@ def _create_staging(conn: Any, plan: LoadPlan) -> None:
                 server_version=version,
             ),
         )
+        for seq in t.sequences:
+            if seq.kind == "identity" and seq.column not in plan.columns:
+                # numbered from the target's own sequence, as an INSERT into the target
+                # would be (no value it handed out is used again); the swap makes the
+                # column an identity again (finalize._restore_identity)
+                execute(conn, sql.drop_identity(t.schema, plan.staging_table, seq.column))
+                execute(
+                    conn,
+                    sql.default_from_sequence(
+                        t.schema, plan.staging_table, seq.column, (seq.schema, seq.name)
+                    ),
+                )
     else:
         execute(
             conn,

@@ -86,6 +86,11 @@ def finalize_upsert(
         leaves = t.partitioning.leaves if t.partitioning else ()
         if leaves:
             _refuse_unrouted(conn, plan)
+        drawn = [
+            (s.column, s.schema, s.name)
+            for s in t.sequences
+            if s.kind == "identity" and s.column not in plan.columns and leaves
+        ]
         inserted = updated = 0
         for table, where in [(leaf.definition.table, leaf.constraint) for leaf in leaves] or [
             (t.table, None)
@@ -102,6 +107,7 @@ def finalize_upsert(
                     key_may_be_null=spec.key_may_be_null,
                     override_identity=spec.override_identity,
                     where=where,
+                    drawn=drawn,
                 ),
             )[0]
             inserted, updated = inserted + added, updated + changed

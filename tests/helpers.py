@@ -226,3 +226,16 @@ def multiline_rows(count: int, newline: bytes, long_note_every: int = 0) -> byte
             note = eol.join(f"{k},{i}" for k in range(20_000))
         out.append(f'{i},"name {i}",{i % 97}.25,2024-01-{1 + i % 28:02d},"{note}"'.encode())
     return newline.join(out) + newline
+
+
+def returned_xcom(run: Any, task_id: str) -> Any:
+    """What task ``task_id`` (not mapped) of the DAG run ``run`` returned, as Airflow's
+    metadata database holds it (its XCom ``return_value``)."""
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    with create_session() as session:
+        query = XComModel.get_many(
+            run_id=run.run_id, key="return_value", dag_ids=run.dag_id, task_ids=task_id
+        )
+        return XComModel.deserialize_value(session.scalars(query).one())

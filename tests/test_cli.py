@@ -46,6 +46,26 @@ def test_load_command_loads_and_prints_summary(db, tmp_path):
     assert db.checksum("items") == expected
 
 
+def test_load_command_json_has_the_upserts_counts(db, tmp_path):
+    """``--json`` of an upsert: rows inserted, updated, and superseded by a later row with
+    the same key (the summary's log line had the last one only)."""
+    create_items(db)
+    db.run(f"INSERT INTO {db.schema}.items VALUES (1, 'old', 1, NULL, NULL)")
+    path = tmp_path / "changes.csv"
+    path.write_text("1,a,1.0,,\n2,b,2.0,,\n2,c,3.0,,\n3,d,4.0,,\n2,e,5.0,,\n")
+
+    done = run_cli(
+        "load", "--conn", db.dsn, "--table", db.table("items"), "--source", str(path),
+        "--mode", "upsert", "--key", "id", "--json",
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout)
+    assert (figures["rows"], figures["inserted"], figures["updated"]) == (5, 2, 1)
+    assert figures["superseded"] == 2
+    assert dict(db.run(f"SELECT id, name FROM {db.schema}.items")) == {1: "a", 2: "e", 3: "d"}
+
+
 def test_load_command_fails_with_error_on_stderr(db, tmp_path):
     create_items(db)
     db.run(

@@ -17,6 +17,7 @@ from helpers import (
     leftovers,
     multiline_rows,
     plain_copy_checksum,
+    returned_xcom,
     rows,
     write_csv,
     write_parts,
@@ -146,6 +147,11 @@ def test_upsert_daily_example_runs(dagbag, example_conn, tmp_path):
     assert names[1] == "old 1" and names[89] == "old 89"  # not in the day's changes
     assert names[90] == "a 90" and names[100] == "a 100"  # updated
     assert names[124] == "a 124" and names[125] == "b 125" and names[140] == "b 140"
+    # finalize's XCom: 57 rows loaded, keys 90-100 updated, 101-140 inserted, and the a.csv
+    # rows of keys 125-130 superseded by b.csv's
+    figures = returned_xcom(run, "merge_changes.finalize")
+    assert (figures["rows"], figures["inserted"], figures["updated"]) == (57, 40, 11)
+    assert figures["superseded"] == 6
     assert leftovers(db) == []
 
 

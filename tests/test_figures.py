@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from helpers import returned_xcom
 
 from airflow_pg_bulk import load
 from airflow_pg_bulk.demo import workload
@@ -78,8 +79,6 @@ def test_dag_figures_match_the_task_instances(airflow_db, db, tmp_path, monkeypa
     wrap-up outside the load)."""
     readings = _readings(db, tmp_path, 16000)
     from airflow.dag_processing.dagbag import DagBag
-    from airflow.models.xcom import XComModel
-    from airflow.utils.session import create_session
 
     monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_DEMO", airflow_connection_json(db.dsn))
     dag = DagBag(dag_folder=str(EXAMPLES)).get_dag("pg_bulk_smart_meter")
@@ -90,14 +89,7 @@ def test_dag_figures_match_the_task_instances(airflow_db, db, tmp_path, monkeypa
     run = dag.test(run_conf=conf)
     assert run.state == "success"
     tis = {ti.task_id: ti for ti in run.get_task_instances() if ti.map_index < 0}
-    with create_session() as session:
-        query = XComModel.get_many(
-            run_id=run.run_id,
-            key="return_value",
-            dag_ids=dag.dag_id,
-            task_ids="load_readings.finalize",
-        )
-        figures = XComModel.deserialize_value(session.scalars(query).one())
+    figures = returned_xcom(run, "load_readings.finalize")
     summary = LoadSummary.from_dict(figures)
     prepare, finalize = tis["load_readings.prepare"], tis["load_readings.finalize"]
     tasks_span = (finalize.end_date - prepare.start_date).total_seconds()

@@ -110,6 +110,38 @@ def test_duplicate_of_a_row_already_in_the_target(items, tmp_path, mode, strateg
     assert "(code)=(90003)" in message
 
 
+@pytest.mark.parametrize(("mode", "strategy"), [m for m in MODES if m[0] != "replace"])
+def test_the_lines_named_hold_the_key_the_server_names(items, tmp_path, mode, strategy):
+    """Line 2's code is already in the target, line 3 repeats line 1's: whichever of the two
+    keys the server reports (in place, in file order: the one in the target), the lines
+    named hold that key (they named lines 1 and 3 under the target's key)."""
+    rows = [_row(0, 1), _row(0, 2), _row(0, 3)]
+    rows[1][1], rows[2][1] = 90003, rows[0][1]
+    path = tmp_path / "a.csv"
+    path.write_text("".join(",".join(f'"{v}"' for v in row) + "\n" for row in rows))
+    before = items.checksum("items")
+    with pytest.raises(ConstraintViolationError) as failed:
+        runner.load(
+            items.dsn,
+            items.table("items"),
+            str(path),
+            mode=mode,
+            strategy=strategy,
+            key=["id"] if mode == "upsert" else None,
+            partitions=1,
+        )
+    message = str(failed.value)
+
+    if mode == "append" and strategy == "in_place":
+        assert "(code)=(90003) already exists" in message, message
+    if "(code)=(90003)" in message:
+        assert f"found at {path} line 2, whose key is already in the target" in message
+    else:
+        assert f"(code)=({rows[0][1]})" in message, message
+        assert f"found at {path} line 1 and {path} line 3." in message
+    assert items.checksum("items") == before
+
+
 @pytest.mark.parametrize(("mode", "strategy"), MODES)
 def test_foreign_key(items, tmp_path, mode, strategy):
     _write(tmp_path, {2: 77})
