@@ -155,18 +155,25 @@ def finalize_partitioned(
                 _insert_leaf(conn, plan, n)
                 inserted.append(n)
         if built or plan.mode == "replace":
+
+            def unchanged() -> None:
+                # before ACCESS EXCLUSIVE: readers do not wait for the catalog of every partition
+                # to be read (measured: ~100 ms with two partitions on a loaded 2-core machine)
+                history.refuse_overwriting_newer(conn, plan)
+                now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
+                if now.fingerprint() != t.fingerprint():
+                    raise LoadRefusedError(
+                        f"the definition of {t.qualified} or of one of its partitions changed "
+                        "between prepare and finalize (partitions, columns, indexes, "
+                        "constraints, grants, owner or comments); nothing was swapped. Run the "
+                        "load again"
+                    )
+
             locking.lock_for_swap(
                 conn,
                 [(t.schema, t.table), *((t.schema, leaves[n].definition.table) for n in built)],
+                under_share_update=unchanged,
             )
-            history.refuse_overwriting_newer(conn, plan)
-            now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
-            if now.fingerprint() != t.fingerprint():
-                raise LoadRefusedError(
-                    f"the definition of {t.qualified} or of one of its partitions changed "
-                    "between prepare and finalize (partitions, columns, indexes, constraints, "
-                    "grants, owner or comments); nothing was swapped. Run the load again"
-                )
         for n, names in built.items():
             if plan.mode == "append" and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
@@ -177,7 +184,8 @@ def finalize_partitioned(
                 _swap_leaf(conn, plan, n, leaves[n], *names)
         if plan.mode == "replace":
             for n, leaf in enumerate(leaves):
-                if n not in loaded:
+                # (an empty partition is not truncated: readers wait for each TRUNCATE)
+                if n not in loaded and scalar(conn, sql.has_rows(t.schema, leaf.definition.table)):
                     execute(conn, sql.truncate(t.schema, leaf.definition.table))
         history.record_finalized(conn, plan, rows, nbytes, rejected)
         conn.commit()
