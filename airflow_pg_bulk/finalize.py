@@ -411,6 +411,7 @@ def _swap(
             "nothing was swapped. Run the load again"
         )
     _restore_identity(conn, plan)
+    columns = execute(conn, sql.column_settings(schema, table))
     views = execute(conn, sql.dependent_views(now.oid))
     identity_positions = {}
     for seq in t.sequences:
@@ -468,6 +469,7 @@ def _swap(
         # behind them (an INSERT would collide); otherwise keep the old table's position.
         if not (staged_called and (not is_called or (staged_last - last_value) * increment > 0)):
             execute(conn, sql.set_sequence(new_schema, name, last_value, is_called))
+    restore_columns(conn, schema, table, columns)
     _restore_properties(conn, t)
     for key in t.referencing_keys:
         execute(
@@ -482,6 +484,33 @@ def _swap(
 _PROBE = "pgbulk_drop_probe"
 
 
+def restore_columns(conn: Any, schema: str, table: str, former: list[tuple[Any, ...]]) -> None:
+    """Give the columns of ``table`` what ``former`` (:func:`airflow_pg_bulk.sql.column_settings`
+    of the table it replaces) says they had: defaults (not an identity's or a generated
+    column's), statistics targets, storage, ``n_distinct`` options. Staging took its
+    columns from the target (a partition's from the partitioned table) and none of these."""
+    was = {row[0]: row[2:] for row in former}
+    for name, _identity, *now in execute(conn, sql.column_settings(schema, table)):
+        if name not in was or now == list(was[name]):
+            continue
+        generated, default, target, storage, options = now
+        _, old_default, old_target, old_storage, old_options = was[name]
+        if not generated and default != old_default:
+            execute(conn, sql.set_default(schema, table, name, old_default))
+        kept = {option.split("=", 1)[0] for option in old_options}
+        change = sql.set_column(
+            schema,
+            table,
+            name,
+            statistics=old_target if target != old_target else None,
+            storage=old_storage if storage != old_storage else None,
+            options=old_options if sorted(options) != sorted(old_options) else (),
+            reset=sorted({option.split("=", 1)[0] for option in options} - kept),
+        )
+        if change is not None:
+            execute(conn, change)
+
+
 def _restore_identity(conn: Any, plan: LoadPlan) -> None:
     """An identity column that was not loaded is a plain column of staging drawing from the
     target's sequence (see steps._create_staging): make it the identity it was (same kind,
@@ -489,9 +518,7 @@ def _restore_identity(conn: Any, plan: LoadPlan) -> None:
     t = plan.target
     stage = plan.staging_table
     always = {c.name: c.identity == Identity.ALWAYS for c in t.columns}
-    kinds = {
-        name: kind for name, kind, _default in execute(conn, sql.column_defaults(t.schema, stage))
-    }
+    kinds = {row[0]: row[1] for row in execute(conn, sql.column_settings(t.schema, stage))}
     for number, seq in enumerate(s for s in t.sequences if s.kind == "identity"):
         if kinds.get(seq.column) != "":
             continue  # an identity (LIKE the target's), or no such column

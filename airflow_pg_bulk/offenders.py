@@ -27,6 +27,11 @@ aside, which stop the second reading), the error names the load's files instead.
 
 The same replay, with a condition of its own (:func:`locate_failing`), finds the row of an
 upsert into a partitioned target that no partition takes (:mod:`airflow_pg_bulk.upsert`).
+
+A duplicate key's rows are those holding the key value the server's error names; on a
+partitioned target the constraint named may be a partition's (its share of the parent's key,
+or its own, which holds for its rows only). See docs/design.md, "Constraint errors that find
+the row".
 """
 
 from __future__ import annotations
@@ -173,7 +178,7 @@ def _checks(
     key = list(key)
     # a constraint of one partition alone holds for the rows routed to it only
     only = leaf.constraint if leaf is not None and not shared else None
-    within: list[sql.Composable] = [sql.SQL(only)] if only else []
+    within: list[sql.Composable] = [sql.in_partition(only)] if only else []
     if kind == "c":
         return [_failing(_within(sql.check_fails(expression), within))]
     if not key or not set(key) <= set(plan.columns):

@@ -370,13 +370,11 @@ def _swap_leaf(
     t = plan.target
     d = leaf.definition
     stage = naming.staging_partition(plan.load_id, number)
-    # the columns' defaults as the partition had them (the staging partition took its
-    # parent's, e.g. an identity column's nextval() on the target's sequence); an identity
-    # inherited from the parent (PostgreSQL 17+) comes back with ATTACH
-    former = {
-        name: default
-        for name, _identity, default in execute(conn, sql.column_defaults(t.schema, d.table))
-    }
+    # the columns as the partition had them (the staging partition took its parent's
+    # defaults, e.g. an identity column's nextval() on the target's sequence, and none of its
+    # own statistics targets, storage or options); an identity inherited from the parent
+    # (PostgreSQL 17+) comes back with ATTACH
+    former = execute(conn, sql.column_settings(t.schema, d.table))
     execute(conn, sql.detach_partition(t.schema, t.table, d.table))
     execute(conn, sql.drop_table(t.schema, d.table))
     execute(conn, sql.rename_table(t.schema, stage, d.table))
@@ -388,9 +386,7 @@ def _swap_leaf(
     if d.owner != scalar(conn, sql.current_user()):
         execute(conn, sql.set_owner(t.schema, d.table, d.owner))
     finalize._restore_properties(conn, d, triggers=False)
-    for name, _identity, default in execute(conn, sql.column_defaults(t.schema, d.table)):
-        if default != former.get(name):
-            execute(conn, sql.set_default(t.schema, d.table, name, former.get(name)))
+    finalize.restore_columns(conn, t.schema, d.table, former)
     execute(conn, sql.attach_partition(t.schema, t.table, d.table, leaf.bound))
     if leaf.constraint:
         execute(conn, sql.drop_constraint(t.schema, d.table, naming.bound_check(plan.load_id)))

@@ -1296,6 +1296,12 @@ def all_of(conditions: Sequence[Composable]) -> Composable | None:
     return SQL(" AND ").join(SQL("({})").format(c) for c in conditions)
 
 
+def in_partition(constraint: str) -> Composed:
+    """A row (its columns unqualified) that a partition takes: its partition constraint as
+    ``pg_get_partition_constraintdef`` renders it."""
+    return SQL("({})").format(SQL(constraint))
+
+
 def key_rendered_as(key: Sequence[str], value: str) -> Composed:
     """A row (its columns unqualified) whose ``key`` reads ``value`` as a duplicate key error
     renders it: each column's text output (``null`` for NULL), joined by ``, ``."""
@@ -1382,19 +1388,24 @@ def default_from_sequence(
     )
 
 
-def column_defaults(schema: str, table: str) -> Composed:
-    """A table's columns (not generated) in order: name, identity kind (``pg_attribute
-    .attidentity``), default expression as the server renders it (NULL: none)."""
+def column_settings(schema: str, table: str) -> Composed:
+    """What a table's columns have of their own, in order: name, identity kind
+    (``attidentity``), generated, default expression as the server renders it (NULL: none),
+    statistics target (-1: the default), storage (``p e x m``), and the options
+    ``n_distinct`` and ``n_distinct_inherited`` as ``name=value``."""
     return SQL(
-        "SELECT a.attname, a.attidentity::text, pg_get_expr(d.adbin, d.adrelid)"
+        "SELECT a.attname, a.attidentity::text, a.attgenerated <> '',"
+        " pg_get_expr(d.adbin, d.adrelid), coalesce(a.attstattarget, -1)::int,"
+        " a.attstorage::text, ARRAY(SELECT o FROM unnest(coalesce(a.attoptions, '{{}}')) o"
+        "   WHERE o LIKE 'n\\_distinct%')::text[]"
         " FROM pg_attribute a LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid"
         " AND d.adnum = a.attnum WHERE a.attrelid = {}::regclass AND a.attnum > 0"
-        " AND NOT a.attisdropped AND a.attgenerated = '' ORDER BY a.attnum"
+        " AND NOT a.attisdropped ORDER BY a.attnum"
     ).format(Literal(Identifier(schema, table).as_string()))
 
 
 def set_default(schema: str, table: str, column: str, expression: str | None) -> Composed:
-    """Give a column the default ``expression`` (as :func:`column_defaults` rendered it from
+    """Give a column the default ``expression`` (as :func:`column_settings` rendered it from
     the catalog, under the same ``search_path``), or none."""
     if expression is None:
         return SQL("ALTER TABLE {} ALTER COLUMN {} DROP DEFAULT").format(
@@ -1402,6 +1413,51 @@ def set_default(schema: str, table: str, column: str, expression: str | None) ->
         )
     return SQL("ALTER TABLE {} ALTER COLUMN {} SET DEFAULT {}").format(
         _table(schema, table), Identifier(column), SQL(expression)
+    )
+
+
+_STORAGE = {"p": "PLAIN", "e": "EXTERNAL", "x": "EXTENDED", "m": "MAIN"}
+_COLUMN_OPTIONS = frozenset({"n_distinct", "n_distinct_inherited"})
+
+
+def set_column(
+    schema: str,
+    table: str,
+    column: str,
+    *,
+    statistics: int | None = None,
+    storage: str | None = None,
+    options: Sequence[str] = (),
+    reset: Sequence[str] = (),
+) -> Composed | None:
+    """Give a column a statistics target, a storage (``p e x m``), the options ``name=value``
+    (``n_distinct``, ``n_distinct_inherited``), and reset the options named in ``reset``;
+    None when nothing is to be given."""
+    actions: list[Composable] = []
+    if statistics is not None:
+        actions.append(SQL("SET STATISTICS {}").format(Literal(statistics)))
+    if storage is not None:
+        actions.append(SQL("SET STORAGE " + _STORAGE[storage]))
+    pairs = [option.split("=", 1) for option in options]
+    if any(name not in _COLUMN_OPTIONS for name, _ in pairs) or not set(reset) <= _COLUMN_OPTIONS:
+        raise ValueError(f"unexpected column options {options!r} {reset!r}")
+    if pairs:
+        actions.append(
+            SQL("SET ({})").format(
+                SQL(", ").join(SQL("{} = {}").format(SQL(k), Literal(v)) for k, v in pairs)
+            )
+        )
+    if reset:
+        actions.append(SQL("RESET ({})").format(SQL(", ").join(SQL(name) for name in reset)))
+    if not actions:
+        return None
+    return SQL(", ").join(
+        SQL("ALTER TABLE {} ALTER COLUMN {} {}").format(
+            _table(schema, table), Identifier(column), action
+        )
+        if n == 0
+        else SQL("ALTER COLUMN {} {}").format(Identifier(column), action)
+        for n, action in enumerate(actions)
     )
 
 

@@ -86,15 +86,11 @@ def finalize_upsert(
         leaves = t.partitioning.leaves if t.partitioning else ()
         if leaves:
             _refuse_unrouted(conn, plan)
-        drawn = [
-            (s.column, s.schema, s.name)
-            for s in t.sequences
-            if s.kind == "identity" and s.column not in plan.columns and leaves
-        ]
         inserted = updated = 0
-        for table, where in [(leaf.definition.table, leaf.constraint) for leaf in leaves] or [
-            (t.table, None)
-        ]:
+        for table, where, drawn in [
+            (leaf.definition.table, leaf.constraint, _drawn(plan, leaf.definition))
+            for leaf in leaves
+        ] or [(t.table, None, [])]:
             added, changed = execute(
                 conn,
                 sql.upsert_from_staging(
@@ -125,6 +121,18 @@ def finalize_upsert(
     )
     statistics.after_in_place(conn, plan, clock, inserted + updated)
     return inserted, updated
+
+
+def _drawn(plan: LoadPlan, leaf: TargetDefinition) -> list[tuple[str, str, str]]:
+    """The parent's identity columns not loaded that the partition ``leaf`` does not number
+    itself (before PostgreSQL 17 a partition has no identity of its parent's): (column,
+    sequence schema, name), drawn from the parent's sequence by the merge."""
+    numbered = {c.name for c in leaf.columns if c.identity}
+    return [
+        (s.column, s.schema, s.name)
+        for s in plan.target.sequences
+        if s.kind == "identity" and s.column not in plan.columns and s.column not in numbered
+    ]
 
 
 def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:

@@ -96,7 +96,8 @@ def _expected(mode: str, data: list[tuple[int, ...]]) -> dict[tuple[int, int], i
 def _sequence(db: Any) -> tuple[Any, ...]:
     return db.run(
         "SELECT s.relname, q.seqstart, q.seqincrement, q.seqmin, q.seqmax, q.seqcache,"
-        " q.seqcycle, format_type(q.seqtypid, NULL) FROM pg_class s"
+        " q.seqcycle, format_type(q.seqtypid, NULL), s.relpersistence,"
+        " pg_get_userbyid(s.relowner) FROM pg_class s"
         " JOIN pg_sequence q ON q.seqrelid = s.oid"
         " WHERE s.oid = pg_get_serial_sequence(%s, 'rid')::regclass",
         f'"{db.schema}"."pt"',
@@ -164,3 +165,72 @@ def test_identity_in_every_mode(
         assert after > max(rids) and (after - START) % STEP == 0
     db.run(psql.SQL("ALTER TABLE {} ALTER COLUMN rid DROP IDENTITY").format(t))
     assert leftovers(db) == []
+
+
+def test_the_issues_append_into_an_empty_table_auto_rebuilds(db, connect, tmp_path, caplog):
+    """Issue 18, as filed: an append (strategy auto: an empty target is rebuilt) of a table
+    whose GENERATED ALWAYS identity the file does not fill failed with "column rid can only
+    be updated to DEFAULT"."""
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id int PRIMARY KEY, qty int, rid bigint GENERATED ALWAYS AS IDENTITY)"
+        ).format(db.ident("ia"))
+    )
+    path = write_csv(tmp_path / "load.csv", [(1, 10), (2, 20)])
+    caplog.set_level("INFO", logger="airflow_pg_bulk")
+
+    runner.load(connect, db.table("ia"), str(path), mode="append", columns=["id", "qty"])
+
+    assert any("strategy rebuild" in r.getMessage() for r in caplog.records)
+    assert db.run(psql.SQL("SELECT id, qty, rid FROM {} ORDER BY id").format(db.ident("ia"))) == [
+        (1, 10, 1), (2, 20, 2),
+    ]  # fmt: skip
+    db.run(psql.SQL("INSERT INTO {} (id, qty) VALUES (3, 30)").format(db.ident("ia")))
+    assert db.scalar(psql.SQL("SELECT rid FROM {} WHERE id = 3").format(db.ident("ia"))) == 3
+
+
+COLUMN_SETTINGS = (
+    "SELECT attname, attnotnull, attidentity, pg_get_expr(adbin, adrelid),"
+    " coalesce(attstattarget, -1)::int, attstorage, ARRAY(SELECT o FROM"
+    " unnest(coalesce(attoptions, '{}')) o WHERE o LIKE 'n\\_distinct%%')::text[]"
+    " FROM pg_attribute LEFT JOIN pg_attrdef ON adrelid = attrelid AND adnum = attnum"
+    " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+)
+
+
+@pytest.mark.parametrize(
+    ("partitioned", "mode", "strategy"),
+    [
+        (False, "replace", "auto"),
+        (False, "append", "rebuild"),
+        (True, "replace", "auto"),
+        (True, "replace_partitions", "auto"),
+        (True, "append", "auto"),  # into the empty pt_p2: swapped in
+    ],
+)
+def test_a_swapped_in_table_keeps_its_columns_settings(
+    db, connect, tmp_path, partitioned, mode, strategy
+):
+    """A column's statistics target, storage, n_distinct and (a partition's own) default are
+    the replaced table's, not those staging took from the target."""
+    leaves = _create(db, partitioned, "ALWAYS")
+    tables = [leaves[0], leaves[2]] if partitioned else ["pt"]
+    db.run(psql.SQL("ALTER TABLE {} ADD COLUMN note text").format(db.ident("pt")))
+    for name in tables:
+        t = db.ident(name)
+        db.run(psql.SQL("ALTER TABLE {} ALTER qty SET STATISTICS 500").format(t))
+        db.run(psql.SQL("ALTER TABLE {} ALTER qty SET (n_distinct = 7)").format(t))
+        db.run(psql.SQL("ALTER TABLE {} ALTER note SET STORAGE EXTERNAL").format(t))
+        if partitioned:
+            db.run(psql.SQL("ALTER TABLE {} ALTER qty SET DEFAULT 7").format(t))
+    before = {name: db.run(COLUMN_SETTINGS, f'"{db.schema}"."{name}"') for name in tables}
+    path = write_csv(tmp_path / "load.csv", NEW)
+
+    runner.load(
+        connect, db.table("pt"), str(path), mode=mode, strategy=strategy,
+        columns=["id", "n", "qty"],
+    )  # fmt: skip
+
+    after = {name: db.run(COLUMN_SETTINGS, f'"{db.schema}"."{name}"') for name in tables}
+    assert after == before
+    assert _expected(mode, NEW) == {key: q for key, (q, _rid) in _rows(db).items()}
