@@ -194,8 +194,9 @@ def _check_ledger(conn: Any, plan: LoadPlan) -> tuple[int, int, int, bool]:
             f"{plan.errors.max_rejects}; nothing of this load reached {t.qualified}. "
             f"See {'.'.join(plan.reject_table or ())} for load {plan.load_id}"
         )
+    # (a partitioned staging: finalize_partitioned counts each staging partition by its name,
+    # also one a failed attempt detached to build on it, which the parent no longer holds)
     if not plan.staging_logged and rows and not partitioned.partitioned_staging(plan):
-        # (a partitioned target's staging is checked as its rows are routed: see partitioned)
         size = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
         if not size:
             raise IncompleteLoadError(

@@ -14,6 +14,11 @@ So the swap locks in two steps:
    one preventing wraparound), and once held, no autovacuum can start on the table.
 2. ``ACCESS EXCLUSIVE`` in short tries (:data:`TRY_MS` each, at a savepoint), with pauses
    between them, until ``lock_timeout`` has passed: a reader waits at most one try.
+
+Readers wait, too, for everything the swap does once it holds ACCESS EXCLUSIVE: work that only
+needs the definition to stay as it is (reading the catalog to check it) is done between the two
+steps (``under_share_update``): SHARE UPDATE EXCLUSIVE already keeps out every DDL that takes a
+lock on the tables.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_pg_bulk import sql
@@ -36,14 +41,24 @@ _SAVEPOINT = "pgbulk_lock"
 _LOCK_NOT_AVAILABLE = "55P03"
 
 
-def lock_for_swap(conn: Any, tables: Sequence[tuple[str, str]]) -> int:
+def lock_for_swap(
+    conn: Any,
+    tables: Sequence[tuple[str, str]],
+    under_share_update: Callable[[], None] | None = None,
+) -> int:
     """Hold ACCESS EXCLUSIVE on ``tables`` (the target first) in the current transaction,
     under the session's ``lock_timeout`` in all, without queueing readers for longer than
     :data:`TRY_MS` at a time. Returns the number of tries. Raises
-    :class:`~airflow_pg_bulk.errors.TransientLoadError` (SQLSTATE 55P03) when the time is up."""
+    :class:`~airflow_pg_bulk.errors.TransientLoadError` (SQLSTATE 55P03) when the time is up.
+
+    :param under_share_update: called once SHARE UPDATE EXCLUSIVE is held, before the tries
+        (readers go on meanwhile): checks of the definition, which no DDL can change from then
+        on."""
     budget_ms = scalar(conn, sql.setting_milliseconds("lock_timeout")) or 0
     deadline = time.monotonic() + budget_ms / 1000 if budget_ms else None
     execute(conn, sql.lock_tables(tables, "SHARE UPDATE EXCLUSIVE"))
+    if under_share_update is not None:
+        under_share_update()
     pause = PAUSE_SECONDS[0]
     tries = 0
     while True:

@@ -441,7 +441,10 @@ def finalize_partitioned(
         if plan.mode == "replace":  # (reads the names of every partition, under the lock)
             mine = {(leaf.definition.schema, leaf.definition.table) for leaf in leaves}
             for leaf_schema, name in execute(conn, sql.leaf_names(t.oid)):
-                if (leaf_schema, name) not in mine:
+                # (an empty partition is not truncated: readers wait for each TRUNCATE)
+                if (leaf_schema, name) not in mine and scalar(
+                    conn, sql.has_rows(leaf_schema, name)
+                ):
                     execute(conn, sql.truncate(leaf_schema, name))
         history.record_finalized(conn, plan, rows, nbytes, rejected, replaced)
         conn.commit()

@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
-from servers import OwnServer, own_server_running
+from servers import OwnServer, own_server_running, require
 
 DRIVERS = ("psycopg", "psycopg2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -224,8 +224,9 @@ class S3Server:
 def s3_server() -> Iterator[S3Server]:
     """moto's ThreadedMotoServer on 127.0.0.1, a free port, for the whole session (moto's
     in-process mock does not reach s3fs, which speaks HTTP through aiobotocore)."""
-    server_module = pytest.importorskip("moto.server", reason="needs moto[server] (test extra)")
-    pytest.importorskip("s3fs", reason="needs airflow-pg-bulk[s3]")
+    server_module = require("moto.server", "needs moto[server] (test extra)")
+    require("s3fs", "needs airflow-pg-bulk[s3]")
+    require("airflow.providers.amazon", "needs airflow-pg-bulk[s3]")
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # a line per request otherwise
     server = server_module.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
     server.start()

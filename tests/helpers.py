@@ -174,6 +174,16 @@ def catalog_snapshot(db: Any, name: str) -> dict[str, Any]:
     return {key: db.run(query, oid) for key, query in q.items()}
 
 
+def repaired_partitions(caplog: Any) -> list[int]:
+    """The partitions finalize loaded again from exact record starts (a wrong range guess
+    repaired: :func:`airflow_pg_bulk.realign.repair` logs them), from a test's ``caplog``."""
+    found: list[int] = []
+    for record in caplog.records:
+        if record.name == "airflow_pg_bulk.realign" and "loading partitions" in record.msg:
+            found += record.args[-1]
+    return found
+
+
 def leftovers(db: Any) -> list[str]:
     """Tables or sequences a load left behind in the test schema."""
     return [

@@ -13,6 +13,7 @@ Under ``CI=true`` a server that cannot be started fails the tests that need it, 
 
 from __future__ import annotations
 
+import importlib
 import os
 import pwd
 import shutil
@@ -44,6 +45,21 @@ def skip_or_fail(reason: str) -> None:
     if in_ci():
         pytest.fail(f"{reason} (CI=true: failing instead of skipping)", pytrace=False)
     pytest.skip(reason)
+
+
+def require(module: str, reason: str) -> Any:
+    """``pytest.importorskip`` for a test dependency, except under ``CI=true``: there a missing
+    one fails (at collection, where it is imported at module level), so that a drift of the
+    test extra cannot make the tests needing it vanish from a green CI run."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        if in_ci():
+            pytest.fail(
+                f"{reason}: cannot import {module} ({exc}) (CI=true: failing instead of skipping)",
+                pytrace=False,
+            )
+        pytest.skip(f"{reason}: cannot import {module} ({exc})", allow_module_level=True)
 
 
 @dataclass

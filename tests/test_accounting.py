@@ -4,16 +4,18 @@ before commit."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from conftest import Database
-from helpers import leftovers
+from helpers import create_items, leftovers
 from psycopg import sql
 
-from airflow_pg_bulk import accounting, records, runner
+from airflow_pg_bulk import accounting, naming, records, runner, steps
 from airflow_pg_bulk.driver import connect as open_connection
 from airflow_pg_bulk.driver import copy_in
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.plan import CopyOptions, Piece
+from airflow_pg_bulk.plan import CopyOptions, Piece, request_from_options
 
 LINE_40 = b"".join(b"%d\tx\\.\n" % i if i == 40 else b"%d\tx\n" % i for i in range(1, 101))
 
@@ -167,4 +169,97 @@ def test_the_marker_rule_is_the_one_the_server_applies(db, tmp_path):
     final.write_bytes(b"1\ta\n2\tb\n\\.\n")
     summary = runner.load(db.dsn, db.table("target"), str(final), format="text", mode="append")
     assert summary.rows == 2
+    assert leftovers(db) == []
+
+
+# --- the server takes fewer rows than were sent: every COPY path must notice ----------------
+#
+# A BEFORE INSERT trigger that returns NULL makes the server skip a row without an error, and
+# COPY reports only the rows it inserted: the same silent shortfall as an end-of-data marker,
+# made on the server. The test adds the trigger to the load's staging table between prepare and
+# the COPY task (the steps run one by one), so every COPY path the task can take is exercised:
+#
+# - "plain": the COPY of a load without rejects (steps.copy_partition);
+# - "skipping": on_error="reject" on PostgreSQL 17+, one ``COPY ... ON_ERROR ignore`` (a bad
+#   value in the file is skipped by the server and named in a notice); before 17 the same file
+#   takes the savepoint way, whose COPY of the piece stops at the bad value, the rows before it
+#   are copied again, then the rest;
+# - "savepoint-before" / "savepoint-after": on_error="reject" with a row ON_ERROR ignore does not
+#   skip (a missing field), so every version takes the savepoint way: the COPY of the piece
+#   stops at the bad row, the rows before it are copied again (the row dropped is among them:
+#   "before") and the rows after it in a last COPY (the row dropped is among them: "after").
+
+ACCOUNTED_ROWS = 40
+BAD_LINE = 20  # the line of the bad row, where the path has one
+
+
+def _accounting_file(tmp_path, bad: str | None) -> Any:
+    lines = [b"%d,name %d,1.00,2024-01-01,x\n" % (i, i) for i in range(1, ACCOUNTED_ROWS + 1)]
+    if bad == "value":  # ON_ERROR ignore skips it
+        lines[BAD_LINE - 1] = b"%d,name,not a number,2024-01-01,x\n" % BAD_LINE
+    elif bad == "fields":  # ON_ERROR ignore does not: the savepoint way
+        lines[BAD_LINE - 1] = b"%d,name\n" % BAD_LINE
+    path = tmp_path / "accounted.csv"
+    path.write_bytes(b"".join(lines))
+    return path
+
+
+ACCOUNTING_PATHS = {
+    # name: (bad row in the file, the id the trigger drops, load options)
+    "plain": (None, 7, {}),
+    "skipping": ("value", 30, {"on_error": "reject", "max_rejects": 5}),
+    "savepoint-before": ("fields", 7, {"on_error": "reject", "max_rejects": 5}),
+    "savepoint-after": ("fields", 30, {"on_error": "reject", "max_rejects": 5}),
+}
+
+
+@pytest.mark.parametrize("path_name", list(ACCOUNTING_PATHS))
+def test_rows_the_server_drops_fail_the_copy_on_every_path(db, pg_dsn, tmp_path, path_name):
+    """Deleting any ``accounting.check_rows`` call makes one of these load rows short."""
+    bad, dropped, options = ACCOUNTING_PATHS[path_name]
+    create_items(db)
+    db.run(sql.SQL("INSERT INTO {} VALUES (1000, 'old', 1, NULL, NULL)").format(db.ident("items")))
+    before = db.checksum("items")
+    path = _accounting_file(tmp_path, bad)
+    request = request_from_options(
+        db.table("items"), str(path), mode="append", strategy="in_place", partitions=1, **options
+    )
+    conn = open_connection(pg_dsn)
+    load_id = naming.new_load_id()
+    try:
+        plan = steps.prepare(conn, request, load_id)
+        staging = sql.Identifier(db.schema, plan.staging_table)
+        db.run(
+            sql.SQL(
+                "CREATE FUNCTION {f}() RETURNS trigger LANGUAGE plpgsql AS"
+                " $$BEGIN IF NEW.id = {id} THEN RETURN NULL; END IF; RETURN NEW; END$$"
+            ).format(f=db.ident("drop_one"), id=sql.Literal(dropped))
+        )
+        db.run(
+            sql.SQL(
+                "CREATE TRIGGER drop_one BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {}()"
+            ).format(staging, db.ident("drop_one"))
+        )
+        with pytest.raises(BadDataError) as info:
+            steps.copy_partition(conn, plan, 0)
+        message = str(info.value)
+        assert "COPY reported" in message and "where the data sent holds" in message, message
+        assert f"Nothing of this load reached {db.table('items')}" in message
+        # nothing of the partition committed: no staged row, no ledger entry
+        assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(staging)) == 0
+        ledger = sql.Identifier(db.schema, plan.ledger_table)
+        assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(ledger)) == 0
+        # the trigger gone, the COPY task's retry loads every row and the load completes
+        db.run(sql.SQL("DROP TRIGGER drop_one ON {}").format(staging))
+        done = steps.copy_partition(conn, plan, 0)
+        assert done.rows == ACCOUNTED_ROWS - (1 if bad else 0)
+        summary = steps.finalize(conn, plan)
+        assert summary.rows == ACCOUNTED_ROWS - (1 if bad else 0)
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+    assert db.checksum("items") != before
+    assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("items"))) == (
+        1 + ACCOUNTED_ROWS - (1 if bad else 0)
+    )
     assert leftovers(db) == []

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import psycopg
-import pytest
+from servers import require
 
 from airflow_pg_bulk.demo import workload as demo_workload
 
-pytest.importorskip("pyarrow", reason="needs airflow-pg-bulk[parquet]")
+require("pyarrow", "needs airflow-pg-bulk[parquet]")
 
 
 def test_parquet_and_csv_of_the_same_rows_load_the_same_table(pg_dsn: str, tmp_path: Path):

@@ -22,12 +22,15 @@ import psycopg
 import pytest
 from conftest import Database
 from psycopg import sql
+from servers import require
 
 from airflow_pg_bulk.demo.connection import airflow_connection_json
 from airflow_pg_bulk.demo.harness.broker import throwaway_broker
 from airflow_pg_bulk.demo.harness.celery import AirflowCelery, CeleryWorker, scratch_database
 
-pytest.importorskip("airflow.providers.celery", reason="needs the test extra (celery provider)")
+require("airflow.providers.celery", "needs the test extra (celery provider)")
+require("celery", "needs the test extra (celery[redis])")
+require("redis", "needs the test extra (celery[redis])")
 
 DAGS = Path(__file__).parent / "celery_dags"
 CONN_ID = "pg_bulk_test"

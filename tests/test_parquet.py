@@ -18,6 +18,7 @@ import pytest
 import test_objects
 from helpers import leftovers
 from psycopg import sql
+from servers import require
 from test_objects import CONN_ID
 
 from airflow_pg_bulk import runner, steps
@@ -25,8 +26,8 @@ from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.objects import SourceChangedError
 from airflow_pg_bulk.plan import request_from_options
 
-pa = pytest.importorskip("pyarrow", reason="needs airflow-pg-bulk[parquet]")
-pq = pytest.importorskip("pyarrow.parquet")
+pa = require("pyarrow", "needs airflow-pg-bulk[parquet]")
+pq = require("pyarrow.parquet", "needs airflow-pg-bulk[parquet]")
 s3_conn = test_objects.s3_conn  # the fixture: credentials from an aws connection only
 
 COLUMNS = (

@@ -1,5 +1,6 @@
-"""Readers are not stalled by a load: by the swap while autovacuum works on the target, and
-by a daily reload of a table of 1,826 daily partitions (a reader of another day).
+"""Readers are not stalled by a load: by the swap while autovacuum works on the target (a
+replace, a rebuild (append and upsert by rebuild) and a partition's swap (replace_partitions)),
+and by a daily reload of a table of 1,826 daily partitions (a reader of another day).
 
 After a big load autovacuum works on the new table by itself. A replace's ACCESS EXCLUSIVE
 request then waits ``deadlock_timeout`` (1 s) for PostgreSQL to cancel the autovacuum, and
@@ -10,13 +11,16 @@ ACCESS EXCLUSIVE in short tries (:mod:`airflow_pg_bulk.locking`).
 The test makes an autovacuum that lasts minutes work on the target (a dedicated server with
 autovacuum on and a one-second naptime; the table's cost limit at its minimum), reads the
 target by index every 5 ms from another session, and replaces it as a role that is not a
-superuser (no right to cancel autovacuum). The 100 ms target is the benchmark's; here the
-bound is the stall's own size: no read may wait anywhere near deadlock_timeout.
+superuser (no right to cancel autovacuum). No read may wait 100 ms (the README's claim); a
+read's wait includes the machine's own scheduling, so on a loaded machine the test runs the
+load again (up to three times) before it fails: a stall behind the swap's lock recurs every
+time, a descheduled reader does not.
 """
 
 from __future__ import annotations
 
 import datetime
+import os
 import threading
 import time
 import uuid
@@ -31,7 +35,8 @@ from psycopg.conninfo import make_conninfo
 
 from airflow_pg_bulk import partitioned, runner
 
-STALL = 0.5  # seconds: half of deadlock_timeout, five times the benchmark's target
+STALL = 0.1  # seconds: the README's claim (deadlock_timeout is 1 s)
+ATTEMPTS = 3
 
 
 @pytest.fixture
@@ -54,7 +59,7 @@ def autovacuum_db(own_server) -> Iterator[Database]:
         admin.close()
 
 
-def _loader_role(db: Database) -> str:
+def _loader_role(db: Database, tables: list[str]) -> str:
     """A login role that owns the schema and the target, and is not a superuser."""
     role = f"loader_{uuid.uuid4().hex[:8]}"
     db.run(sql.SQL("CREATE ROLE {} LOGIN").format(sql.Identifier(role)))
@@ -64,7 +69,8 @@ def _loader_role(db: Database) -> str:
             sql.Identifier(db.schema), sql.Identifier(role)
         )
     )
-    db.run(sql.SQL("ALTER TABLE {} OWNER TO {}").format(db.ident("items"), sql.Identifier(role)))
+    for table in tables:
+        db.run(sql.SQL("ALTER TABLE {} OWNER TO {}").format(db.ident(table), sql.Identifier(role)))
     return make_conninfo(db.dsn, user=role)
 
 
@@ -90,51 +96,135 @@ def _read_until(dsn: str, target: str, stop: threading.Event, waits: list[float]
             time.sleep(0.005)
 
 
-def test_the_swap_does_not_stall_readers_while_autovacuum_works_on_the_target(
-    autovacuum_db, tmp_path
-):
-    db = autovacuum_db
-    create_items(db)
+CRAWL = (  # an autovacuum that starts at once and crawls: minutes for these tables
+    "ALTER TABLE {} SET (autovacuum_vacuum_insert_threshold = 1000,"
+    " autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_cost_delay = 100,"
+    " autovacuum_vacuum_cost_limit = 1)"
+)
+CASES = {  # name: (mode, strategy, partitioned target)
+    "replace": ("replace", "auto", False),
+    "append-rebuild": ("append", "rebuild", False),
+    "upsert-rebuild": ("upsert", "rebuild", False),
+    "replace_partitions": ("replace_partitions", "auto", True),  # swaps items_a
+    # swaps items_a, empties items_b (LOCK TABLE on the parent locks its partitions too)
+    "replace-partitioned": ("replace", "auto", True),
+}
+
+
+EMPTY_PARTITIONS = 20  # more partitions: more catalog for a swap to read
+
+
+def _target(db: Database, partitioned: bool) -> tuple[list[str], list[str]]:
+    """``items`` with 200,000 rows (partitioned by id: 100,000 in each of its first two
+    partitions, :data:`EMPTY_PARTITIONS` more empty ones), autovacuum crawling on the tables
+    that hold them. Returns the tables to hand to the loader and those autovacuum works on."""
+    if not partitioned:
+        create_items(db)
+        tables = busy = ["items"]
+    else:
+        db.run(
+            sql.SQL(
+                "CREATE TABLE {} (id integer PRIMARY KEY, name text NOT NULL,"
+                " amount numeric(12,2) CHECK (amount >= 0), day date, note text)"
+                " PARTITION BY RANGE (id)"
+            ).format(db.ident("items"))
+        )
+        for leaf, low, high in (("items_a", 0, 500_000), ("items_b", 500_000, 1_000_000)):
+            db.run(
+                sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                    db.ident(leaf), db.ident("items"), low, high
+                )
+            )
+        extra = [f"items_{k:02d}" for k in range(EMPTY_PARTITIONS)]
+        for k, leaf in enumerate(extra):
+            low = 1_000_000 + 10_000 * k
+            db.run(
+                sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                    db.ident(leaf), db.ident("items"), low, low + 10_000
+                )
+            )
+        tables, busy = ["items", "items_a", "items_b", *extra], ["items_a", "items_b"]
     db.run(
         sql.SQL(
             "INSERT INTO {} (id, name, amount, day) SELECT g, 'old ' || g, 1, date '2024-01-01'"
-            " FROM generate_series(1, 200000) g"
-        ).format(db.ident("items"))
+            " FROM generate_series(1, 200000) g WHERE g <= 100000 OR {}"
+        ).format(db.ident("items"), sql.SQL("true" if not partitioned else "g > 100000"))
     )
-    # an autovacuum that starts at once and crawls: minutes for this table
-    db.run(
-        sql.SQL(
-            "ALTER TABLE {} SET (autovacuum_vacuum_insert_threshold = 1000,"
-            " autovacuum_vacuum_insert_scale_factor = 0, autovacuum_vacuum_cost_delay = 100,"
-            " autovacuum_vacuum_cost_limit = 1)"
-        ).format(db.ident("items"))
-    )
-    dsn = _loader_role(db)
-    path = write_csv(tmp_path / "items.csv", rows(20000, seed=41))
+    if partitioned:
+        db.run(
+            sql.SQL("UPDATE {} SET id = id + 400000 WHERE id > 100000").format(db.ident("items"))
+        )
+    for table in busy:
+        db.run(sql.SQL(CRAWL).format(db.ident(table)))
+    return tables, busy
+
+
+def _count(db: Database, table: str) -> int:
+    return db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident(table)))
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_swap_does_not_stall_readers_while_autovacuum_works_on_the_target(
+    autovacuum_db, tmp_path, case
+):
+    mode, strategy, partitioned = CASES[case]
+    db = autovacuum_db
+    tables, busy = _target(db, partitioned)
+    dsn = _loader_role(db, tables)
+    new = rows(20000, seed=41)
+    path = write_csv(tmp_path / "items.csv", new)
     expected = plain_copy_checksum(db, path, "FORMAT csv")
-    deadline = time.monotonic() + 60
-    while not _autovacuum_on(db, "items"):
-        assert time.monotonic() < deadline, "autovacuum did not start on the target"
-        time.sleep(0.2)
-
-    stop, waits = threading.Event(), []
-    reader = threading.Thread(target=_read_until, args=(db.dsn, db.table("items"), stop, waits))
-    reader.start()
-    try:
-        time.sleep(0.3)
-        assert _autovacuum_on(db, "items")  # still working when the load starts
-        summary = runner.load(dsn, db.table("items"), str(path), mode="replace", partitions=2)
-        time.sleep(0.3)
-    finally:
-        stop.set()
-        reader.join(timeout=30)
-
-    assert summary.rows == 20000
-    assert db.checksum("items") == expected
-    assert len(waits) > 50
-    worst = max(waits)
-    print(f"worst reader wait {worst * 1000:.0f} ms over {len(waits)} reads")
-    assert worst < STALL, f"a reader waited {worst * 1000:.0f} ms during the load"
+    worst_of = []
+    for attempt in range(ATTEMPTS):
+        if mode == "append":  # keys after the old ones (and the last attempt's)
+            shifted = [(r[0] + 300_000 + 20_000 * attempt, *r[1:]) for r in new]
+            path = write_csv(tmp_path / "items.csv", shifted)
+        deadline = time.monotonic() + 60
+        working = [table for table in busy if _count(db, table)]  # (emptied by a replace)
+        while not all(_autovacuum_on(db, table) for table in working):
+            assert time.monotonic() < deadline, f"autovacuum did not start on {working}"
+            time.sleep(0.2)
+        before = _count(db, "items")
+        replaced = _count(db, "items_a") if mode == "replace_partitions" else 0
+        stop, waits = threading.Event(), []
+        reader = threading.Thread(target=_read_until, args=(db.dsn, db.table("items"), stop, waits))
+        reader.start()
+        try:
+            time.sleep(0.3)
+            assert all(_autovacuum_on(db, table) for table in working)  # still working
+            summary = runner.load(
+                dsn, db.table("items"), str(path), mode=mode, strategy=strategy, partitions=2
+            )
+            time.sleep(0.3)
+        finally:
+            stop.set()
+            reader.join(timeout=30)
+        assert summary.rows == 20000
+        expected_count = {
+            "append": before + 20000,
+            "upsert": before,
+            "replace_partitions": before - replaced + 20000,
+        }.get(mode, 20000)
+        assert _count(db, "items") == expected_count
+        if mode == "replace":
+            assert db.checksum("items") == expected
+        assert len(waits) > 50
+        worst_of.append(max(waits))
+        slow = sum(w >= STALL for w in waits)
+        print(
+            f"{case}, attempt {attempt + 1}: worst reader wait {worst_of[-1] * 1000:.0f} ms over"
+            f" {len(waits)} reads ({slow} of {STALL * 1000:.0f} ms or more); the swap took"
+            f" {summary.seconds.get('swap', 0) * 1000:.0f} ms; load average"
+            f" {os.getloadavg()[0]:.1f}"
+        )
+        if worst_of[-1] < STALL:
+            break
+        for table in busy:  # (a swapped-in table has them already)
+            db.run(sql.SQL(CRAWL).format(db.ident(table)))
+    assert min(worst_of) < STALL, (
+        f"a reader waited {', '.join(f'{w * 1000:.0f}' for w in worst_of)} ms in {ATTEMPTS} "
+        f"loads ({case})"
+    )
 
 
 DAYS = 1826  # five years of daily partitions

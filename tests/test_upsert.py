@@ -255,3 +255,43 @@ def test_a_finalize_retried_after_its_commit_does_nothing(db, connect, tmp_path)
         steps.cleanup(conn, db.schema, "00000000a7e1")
         conn.close()
     assert leftovers(db) == []
+
+
+@pytest.mark.parametrize("order", ["reversed", "in_order"])
+def test_latest_row_wins_across_pieces_whatever_order_the_copy_tasks_run_in(
+    db, connect, tmp_path, order
+):
+    """Which COPY task runs first must not decide which row of a repeated key wins: the tasks
+    run here one by one, each on a session of its own (as Airflow runs them), the last piece
+    in source order first ("reversed") or the first first, so that a source order taken from
+    the order rows arrive in (a sequence alone, a commit order) fails every time rather than
+    when the threads of a parallel run happen to interleave that way."""
+    create_items(db)
+    _existing(db)
+    files = _files(tmp_path)
+    updated, inserted = _reference(db, files, ["id"], ["id", "name", "amount", "day", "note"])
+    request = LoadRequest(
+        table=db.table("items"), source=(str(tmp_path / "*.csv"),), mode="upsert", partitions=3,
+        strategy="in_place",
+    )  # fmt: skip
+    conn = connect()
+    try:
+        plan = steps.prepare(conn, request, "0000000c0de5")
+        pieces = [(p.ordinal, part.index) for part in plan.partitions for p in part.pieces]
+        assert len(pieces) >= 3  # a.csv cut into pieces, and b.csv
+        runs = sorted(plan.partitions, key=lambda part: min(p.ordinal for p in part.pieces))
+        if order == "reversed":
+            runs.reverse()
+        for part in runs:
+            task = connect()
+            try:
+                steps.copy_partition(task, plan, part.index)
+            finally:
+                task.close()
+        summary = steps.finalize(conn, plan)
+    finally:
+        steps.cleanup(conn, db.schema, "0000000c0de5")
+        conn.close()
+    assert (summary.inserted, summary.updated) == (inserted, updated)
+    assert db.checksum("items") == db.checksum("expected")
+    assert leftovers(db) == []

@@ -8,11 +8,12 @@ import sys
 from decimal import Decimal
 
 import pytest
+from servers import require
 
 from airflow_pg_bulk import parquet
 from airflow_pg_bulk.errors import LoadRefusedError
 
-pa = pytest.importorskip("pyarrow", reason="needs airflow-pg-bulk[parquet]")
+pa = require("pyarrow", "needs airflow-pg-bulk[parquet]")
 
 
 def _csv(**columns: object) -> bytes:
