@@ -47,6 +47,8 @@ def kind(language: str, code: str) -> str:
         hand_wired = "Operator(" in code or "Operator.partial(" in code
         return "dag" if "@dag" in code or "DAG(" in code or hand_wired else "python"
     if language == "bash":
+        if "--constraint" in code and "apache-airflow==" in code:
+            return "constraints"
         if "s3://" in code and "airflow-pg-bulk load" in code:
             return "s3"
         if "pip install -e" in code and "apt-get" not in code:
@@ -77,6 +79,7 @@ def test_every_block_is_known():
         "python",
         "benchmark",
         "celery-demo",
+        "constraints",
         "s3",
         "parquet",
         "partitioned",
@@ -108,6 +111,44 @@ def test_install_commands_name_real_extras_and_commands():
     assert "'.[demo]'" in demo and "'.[test]'" in tests
     assert tests.strip().endswith("&& .venv/bin/python -m pytest")
     assert shutil.which("airflow-pg-bulk", path=str(BIN))
+
+
+def _extras() -> dict[str, list[str]]:
+    """setup.cfg's extras: name -> requirement lines."""
+    setup = (REPO / "setup.cfg").read_text()
+    section = re.search(r"\[options\.extras_require\]\n(.*?)\n\[", setup, re.S).group(1)
+    extras: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if re.match(r"^[a-z]\w* =$", line):
+            extras[line.split()[0]] = current = []
+        elif line.startswith("    ") and not line.strip().startswith("#"):
+            current.append(line.strip())
+    return extras
+
+
+def test_constraints_install_command():
+    """Not run here (it installs Airflow from the network): Airflow's constraints file for the
+    Airflow version the suite runs, Airflow pinned in the same command, extras that exist, and
+    the boto caps the README names are setup.cfg's."""
+    from importlib.metadata import version
+
+    (code,) = [c for c in blocks("bash") if kind("bash", c) == "constraints"]
+    assert f"AIRFLOW_VERSION={version('apache-airflow')}\n" in code
+    url = "https://raw.githubusercontent.com/apache/airflow/constraints-${AIRFLOW_VERSION}/"
+    assert f'--constraint "{url}constraints-${{PYTHON_VERSION}}.txt"' in code
+    assert '"apache-airflow==${AIRFLOW_VERSION}"' in code
+    python = re.search(r'PYTHON_VERSION="\$\(python -c \'(.*)\'\)"', code).group(1)
+    done = subprocess.run([sys.executable, "-c", python], capture_output=True, text=True)
+    assert done.stdout.strip() == f"{sys.version_info[0]}.{sys.version_info[1]}"
+    extras = _extras()
+    named = re.search(r'"\./airflow-pg-bulk\[([\w,]+)\]"', code).group(1).split(",")
+    assert set(named) <= set(extras), named
+    # the test extra names the others (this project, not copies of their lines)
+    (self_ref,) = [r for r in extras["test"] if r.startswith("airflow-pg-bulk[")]
+    assert set(self_ref[len("airflow-pg-bulk[") : -1].split(",")) == set(extras) - {"test"}
+    caps = {r.split("<=")[0]: r.split("<=")[1] for r in extras["s3"] if "<=" in r}
+    assert set(caps) == {"boto3", "botocore"} and len(set(caps.values())) == 1, caps
+    assert f"at most {caps['boto3']}" in README
 
 
 def test_celery_demo_command_parses():
