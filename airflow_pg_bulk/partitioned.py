@@ -455,7 +455,7 @@ def finalize_partitioned(
                 conn.commit()
     log.info(
         "Load %s into %s (%s): %d partitions received rows; %d swapped in by ATTACH "
-        "PARTITION, %d appended to in place%s",
+        "PARTITION, %d loaded in place%s",
         plan.load_id,
         t.qualified,
         plan.mode,

@@ -1626,13 +1626,14 @@ def partition_key_columns(oid: int) -> Composed:
 
 
 def unsupported_partition(oid: int) -> Composed:
-    """One direct partition of a partitioned table that is not a plain table (schema, name,
-    relkind: a sub-partitioned or foreign partition), or no row: one index lookup per
-    partition, no lock taken."""
+    """The direct partitions of a partitioned table that are not plain tables (schema, name,
+    relkind: a sub-partitioned or foreign partition), usually none: one index lookup per
+    partition, no lock taken. (No ORDER BY ... LIMIT: with one, the planner walked pg_class
+    in name order looking for a match, 3.9 s at 10,000 partitions.)"""
     return SQL(
         "SELECT n.nspname, c.relname, c.relkind::text FROM pg_inherits i"
         " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE i.inhparent = {} AND c.relkind <> 'r' ORDER BY c.relname LIMIT 1"
+        " WHERE i.inhparent = {} AND c.relkind <> 'r'"
     ).format(Literal(oid))
 
 
