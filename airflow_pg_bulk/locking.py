@@ -45,6 +45,8 @@ def lock_for_swap(
     conn: Any,
     tables: Sequence[tuple[str, str]],
     under_share_update: Callable[[], None] | None = None,
+    *,
+    only: bool = False,
 ) -> int:
     """Hold ACCESS EXCLUSIVE on ``tables`` (the target first) in the current transaction,
     under the session's ``lock_timeout`` in all, without queueing readers for longer than
@@ -53,10 +55,11 @@ def lock_for_swap(
 
     :param under_share_update: called once SHARE UPDATE EXCLUSIVE is held, before the tries
         (readers go on meanwhile): checks of the definition, which no DDL can change from then
-        on."""
+        on.
+    :param only: lock a partitioned table alone, not its partitions (``LOCK TABLE ONLY``)."""
     budget_ms = scalar(conn, sql.setting_milliseconds("lock_timeout")) or 0
     deadline = time.monotonic() + budget_ms / 1000 if budget_ms else None
-    execute(conn, sql.lock_tables(tables, "SHARE UPDATE EXCLUSIVE"))
+    execute(conn, sql.lock_tables(tables, "SHARE UPDATE EXCLUSIVE", only=only))
     if under_share_update is not None:
         under_share_update()
     pause = PAUSE_SECONDS[0]
@@ -66,7 +69,7 @@ def lock_for_swap(
         execute(conn, sql.savepoint(_SAVEPOINT))
         execute(conn, sql.set_config("lock_timeout", f"{TRY_MS}ms", local=True))
         try:
-            execute(conn, sql.lock_tables(tables, "ACCESS EXCLUSIVE"))
+            execute(conn, sql.lock_tables(tables, "ACCESS EXCLUSIVE", only=only))
         except Exception as exc:
             if not is_database_error(exc) or server_error(exc).sqlstate != _LOCK_NOT_AVAILABLE:
                 raise

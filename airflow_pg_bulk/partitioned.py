@@ -402,25 +402,24 @@ def finalize_partitioned(
         # the ordering rule, decided here: the advisory lock serialises this transaction with
         # every other finalize of the target (an index lookup, before any table lock)
         history.refuse_overwriting_newer(conn, plan, replaced)
-        # in place first, before the parent is locked: readers of the other partitions are
-        # not held up (a replace empties each such partition first: ACCESS EXCLUSIVE on it)
         in_place = [n for n in loaded if n not in built]
-        if in_place and plan.mode != "append":
-            locking.lock_for_swap(conn, [_qualified(leaves[n]) for n in in_place])
-        for n in in_place:
-            if plan.mode != "append":
-                execute(conn, sql.truncate(*_qualified(leaves[n])))
-            _insert_leaf(conn, plan, n)
-            inserted.append(n)
+        emptied = [_qualified(leaves[n]) for n in in_place] if plan.mode != "append" else []
         if built or plan.mode == "replace":
-            # the checks under SHARE UPDATE EXCLUSIVE on the parent (no reader waits for it:
-            # it keeps DDL and autovacuum off) and ACCESS EXCLUSIVE on the partitions swapped
-            # (their own readers wait); the parent's ACCESS EXCLUSIVE (DETACH needs it) only
-            # from the first DETACH to COMMIT, taken in short tries
-            execute(conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE"))
-            swapped_leaves = [leaves[n].definition for n in built]
-            if swapped_leaves:
-                locking.lock_for_swap(conn, [(d.schema, d.table) for d in swapped_leaves])
+            # the checks under SHARE UPDATE EXCLUSIVE on the parent (ONLY: LOCK TABLE on a
+            # partitioned table would lock every partition too, one by one, and wait for an
+            # autovacuum on any of them) and on the partitions swapped: no reader waits for it,
+            # it keeps DDL and autovacuum off. Then ACCESS EXCLUSIVE (DETACH needs it), taken
+            # in short tries, on the parent FIRST and then on the partitions swapped or
+            # emptied: a reader locks the parent and then the partitions it reads, so a
+            # partition locked before the parent holds up a reader that holds the parent, and
+            # the parent's lock would never be granted (seen: 30 s of tries, then the load
+            # failed, with autovacuum working on the partitions)
+            swapped = [_qualified(leaves[n]) for n in built]
+            execute(
+                conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE", only=True)
+            )
+            if swapped:
+                execute(conn, sql.lock_tables(swapped, "SHARE UPDATE EXCLUSIVE"))
             now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
             if now.fingerprint() != _parent_fingerprint(plan):
                 raise LoadRefusedError(
@@ -429,7 +428,17 @@ def finalize_partitioned(
                     "swapped. Run the load again"
                 )
             _refuse_changed_leaves(conn, plan, now, [leaves[n] for n in built])
-            locking.lock_for_swap(conn, [(t.schema, t.table)])
+            locking.lock_for_swap(conn, [(t.schema, t.table), *swapped, *emptied], only=True)
+        elif emptied:
+            # in place alone (the daily reload): the parent is not locked beyond ROW EXCLUSIVE,
+            # readers of the other partitions are not held up (a replace_partitions empties
+            # each such partition first: ACCESS EXCLUSIVE on it, its own readers wait)
+            locking.lock_for_swap(conn, emptied)
+        for n in in_place:
+            if plan.mode != "append":
+                execute(conn, sql.truncate(*_qualified(leaves[n])))
+            _insert_leaf(conn, plan, n)
+            inserted.append(n)
         for n, names in built.items():
             if plan.mode == "append" and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)

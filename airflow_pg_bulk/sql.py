@@ -638,12 +638,15 @@ def analyze(schema: str, table: str) -> Composed:
 _LOCK_MODES = frozenset({"SHARE UPDATE EXCLUSIVE", "SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"})
 
 
-def lock_tables(tables: Sequence[tuple[str, str]], mode: str) -> Composed:
-    """``LOCK TABLE a, b IN <mode> MODE`` (in that order); waits at most ``lock_timeout``."""
+def lock_tables(tables: Sequence[tuple[str, str]], mode: str, *, only: bool = False) -> Composed:
+    """``LOCK TABLE a, b IN <mode> MODE`` (in that order); waits at most ``lock_timeout``.
+    ``only``: ``LOCK TABLE ONLY …``, not the partitions of a partitioned table (without it
+    every partition is locked too, one after another)."""
     if mode not in _LOCK_MODES:
         raise ValueError(f"unsupported lock mode {mode!r}")
+    prefix = SQL("ONLY ") if only else SQL("")
     return SQL("LOCK TABLE {} IN {} MODE").format(
-        SQL(", ").join(_table(schema, name) for schema, name in tables), SQL(mode)
+        SQL(", ").join(prefix + _table(schema, name) for schema, name in tables), SQL(mode)
     )
 
 
