@@ -80,7 +80,7 @@ def prepared(db: Database, connect: Any, path: Any) -> tuple[LoadPlan, Any]:
     load_id = naming.new_load_id()
     steps.start_session(conn, naming.application_name(load_id, "finalize"))
     request = LoadRequest(db.table("wide"), str(path), mode="replace", partitions=2)
-    plan = steps.prepare(conn, request, load_id)
+    plan = steps.prepare(conn, request, load_id, store_pieces=True)  # (the operators read them)
     runner.run_plan(connect, plan, 2)
     return plan, conn
 
