@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk.db.driver import execute
 from airflow_pg_bulk.plan import LoadPlan, PlainData
 
 

@@ -45,8 +45,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_pg_bulk import objects, sources, sql, translate
-from airflow_pg_bulk.driver import copy_in, is_database_error, server_error
+from airflow_pg_bulk import objects, sources, sql
+from airflow_pg_bulk.db import translate
+from airflow_pg_bulk.db.driver import copy_in, is_database_error, server_error
 from airflow_pg_bulk.errors import (
     BadDataError,
     LoadRefusedError,

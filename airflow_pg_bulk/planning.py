@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from airflow_pg_bulk import naming
-from airflow_pg_bulk.catalog import split_name
 from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import (
@@ -26,6 +25,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     UpsertSpec,
 )
+from airflow_pg_bulk.target.catalog import split_name
 
 
 def loadable_columns(target: TargetDefinition) -> list[str]:

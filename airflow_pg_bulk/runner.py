@@ -11,12 +11,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_pg_bulk import fanout, figures, naming, steps
+from airflow_pg_bulk import figures, naming, steps
 from airflow_pg_bulk import options as load_options
-from airflow_pg_bulk.driver import close_cancelling, connect
+from airflow_pg_bulk.db.driver import close_cancelling, connect
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import LoadSummary
 from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
+from airflow_pg_bulk.target import parallel_builds
 
 log = logging.getLogger(__name__)
 
@@ -255,7 +256,7 @@ def load(
         copies = figures.copy_span(main, plan)
         name = naming.application_name(load_id, "finalize")
         steps.start_session(main, name)
-        summary = steps.finalize(main, plan, fanout.Sessions(factory, name))
+        summary = steps.finalize(main, plan, parallel_builds.Sessions(factory, name))
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)
@@ -276,7 +277,7 @@ def load(
 
 
 def _schema_of(table: str) -> str:
-    from airflow_pg_bulk.catalog import split_name
+    from airflow_pg_bulk.target.catalog import split_name
 
     try:
         return split_name(table)[0]

@@ -3,8 +3,8 @@
 Each takes an open DB-API connection (psycopg 3 or psycopg2) and plain data, and knows nothing
 of Airflow: the operators, the in-process runner and the tests all call these functions.
 prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`; finalize lives in
-:mod:`airflow_pg_bulk.finalize` and is re-exported here; driver errors are translated by
-:mod:`airflow_pg_bulk.translate`.
+:mod:`airflow_pg_bulk.load.finalize` and is re-exported here; driver errors are translated by
+:mod:`airflow_pg_bulk.db.translate`.
 """
 
 from __future__ import annotations
@@ -15,25 +15,9 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
-from airflow_pg_bulk import (
-    accounting,
-    catalog,
-    fanout,
-    history,
-    naming,
-    parquet,
-    partitioned,
-    planning,
-    realign,
-    rebuild,
-    records,
-    rejects,
-    sources,
-    sql,
-    translate,
-    upsert,
-)
-from airflow_pg_bulk.driver import (
+from airflow_pg_bulk import naming, parquet, planning, records, sources, sql
+from airflow_pg_bulk.db import translate
+from airflow_pg_bulk.db.driver import (
     copy_in,
     execute,
     is_database_error,
@@ -49,8 +33,10 @@ from airflow_pg_bulk.errors import (
     TransientLoadError,
 )
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
-from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
+from airflow_pg_bulk.load import accounting, alignment, rejects
+from airflow_pg_bulk.load.finalize import check_ledger_plan, finalize, missing_partitions
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, Piece, RunOrder, Settings
+from airflow_pg_bulk.target import catalog, history, parallel_builds, partitioned, rebuild, upsert
 
 __all__ = [
     "LoadRefusedError",
@@ -114,7 +100,7 @@ def prepare(
     :param logical_date: the DAG run's logical date (ISO 8601), recorded with the load.
     :param run: the DAG run and its data interval (under Airflow): a replace, replace_partitions
         or upsert refuses to replace rows a later run of the same DAG task loaded (a replace or
-        upsert here already, before anything is made; see :mod:`airflow_pg_bulk.history`).
+        upsert here already, before anything is made; see :mod:`airflow_pg_bulk.target.history`).
     :param store_pieces: also write each partition's pieces into the load's pieces table
         (:func:`read_pieces`), in the transaction that makes the ledger: for steps that run
         in other processes and get only the plan without pieces (Airflow's COPY and finalize
@@ -526,8 +512,8 @@ def copy_partition(
                 continue
             if plan.errors.rejecting:
                 # a row set aside must be a real record: check the guessed bounds first
-                if piece.speculative and not realign.aligned(piece, plan.copy):
-                    raise realign.Misaligned(piece)
+                if piece.speculative and not alignment.aligned(piece, plan.copy):
+                    raise alignment.Misaligned(piece)
                 outcome = rejects.copy_rejecting(
                     conn,
                     plan,
@@ -550,12 +536,12 @@ def copy_partition(
                     loaded = copy_in(conn, statement, counted)
                 except Exception as exc:
                     raise translate.copy_error(exc, plan, piece) from exc
-                realign.check_end(counter, piece)
+                alignment.check_end(counter, piece)
                 accounting.check_rows(counter, piece, plan.copy, t.qualified, loaded)
             except BadDataError as exc:
                 # bad data, or bytes cut at a wrongly guessed record start?
-                if piece.speculative and not realign.aligned(piece, plan.copy):
-                    raise realign.Misaligned(piece) from exc
+                if piece.speculative and not alignment.aligned(piece, plan.copy):
+                    raise alignment.Misaligned(piece) from exc
                 raise
             rows += loaded
             nbytes += counted.bytes
@@ -567,9 +553,9 @@ def copy_partition(
             ),
         )
         conn.commit()
-    except realign.Misaligned as exc:
+    except alignment.Misaligned as exc:
         rollback_quietly(conn)
-        return realign.record_misaligned(conn, plan, index, exc, time.perf_counter() - started)
+        return alignment.record_misaligned(conn, plan, index, exc, time.perf_counter() - started)
     except BaseException:
         rollback_quietly(conn)
         raise
@@ -592,7 +578,7 @@ def complete_and_finalize(
     conn: Any,
     plan: LoadPlan,
     progress: ProgressCallback | None = None,
-    sessions: fanout.Sessions | None = None,
+    sessions: parallel_builds.Sessions | None = None,
 ) -> LoadSummary:
     """COPY the partitions the ledger lacks, then :func:`finalize`.
 
@@ -603,7 +589,7 @@ def complete_and_finalize(
     exactly once (the ledger's claim), before anything becomes visible.
 
     :param sessions: extra sessions for building several indexes at once (see
-        :func:`airflow_pg_bulk.finalize.finalize`)."""
+        :func:`airflow_pg_bulk.load.finalize.finalize`)."""
     for index in missing_partitions(conn, plan):
         log.warning(
             "Load %s: partition %d is not in the ledger (prepare ran again since its COPY "

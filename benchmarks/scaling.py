@@ -49,8 +49,9 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from airflow_pg_bulk import fanout, runner
+from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
+from airflow_pg_bulk.target import parallel_builds
 from benchmarks import server, workloads
 
 log = logging.getLogger("benchmarks.scaling")
@@ -234,10 +235,10 @@ def replace(
         old = old_rows.fetchone()[0]
     _checkpoint(dsn)
     extra = {"index_workers": index_workers} if index_workers is not None else {}
-    saved = fanout.BUILDS_PER_WORKERS
+    saved = parallel_builds.BUILDS_PER_WORKERS
     if baseline:
         extra["index_workers"] = 2
-        fanout.BUILDS_PER_WORKERS = 1 << 30  # one build at a time
+        parallel_builds.BUILDS_PER_WORKERS = 1 << 30  # one build at a time
     started = time.perf_counter()
     summary = runner.load(
         dsn,
@@ -250,7 +251,7 @@ def replace(
         **extra,
     )
     seconds = time.perf_counter() - started
-    fanout.BUILDS_PER_WORKERS = saved
+    parallel_builds.BUILDS_PER_WORKERS = saved
     return {
         "method": "replace (baseline)" if baseline else "replace",
         "partitions": partitions,

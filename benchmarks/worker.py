@@ -168,7 +168,8 @@ def _kind(text: str) -> str:
 
 def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
     """Time every statement the steps run (kind, text, seconds)."""
-    from airflow_pg_bulk import finalize, steps
+    from airflow_pg_bulk import steps
+    from airflow_pg_bulk.load import finalize
 
     original = steps.execute
 
@@ -191,7 +192,8 @@ def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
 
 def pipeline(spec: dict[str, Any]) -> dict[str, Any]:
     """``airflow_pg_bulk.runner.load``: prepare, parallel COPY, finalize, cleanup."""
-    from airflow_pg_bulk import driver, runner, sources
+    from airflow_pg_bulk import runner, sources
+    from airflow_pg_bulk.db import driver
 
     opts = spec["pipeline"]
     chunk = opts.get("chunk")

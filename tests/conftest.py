@@ -147,7 +147,7 @@ def driver(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def connect(pg_dsn: str, driver: str) -> Callable[[], Any]:
     """A factory of new connections with the test's driver."""
-    from airflow_pg_bulk.driver import connect as open_connection
+    from airflow_pg_bulk.db.driver import connect as open_connection
 
     return lambda: open_connection(pg_dsn, driver)
 

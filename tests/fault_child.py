@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from airflow_pg_bulk import sources, steps
-from airflow_pg_bulk.driver import connect
+from airflow_pg_bulk.db.driver import connect
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
 
 CHUNK = 4096

@@ -33,7 +33,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from airflow_pg_bulk import runner, sources
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,

@@ -47,7 +47,7 @@ from psycopg import sql
 from servers import skip_or_fail
 
 from airflow_pg_bulk import naming, runner, sources, steps
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,

@@ -1,5 +1,5 @@
 """Finalize on several cores: a table's indexes built at once on sessions of their own, and the
-old table dropped after the swap commits (see airflow_pg_bulk/fanout.py).
+old table dropped after the swap commits (see airflow_pg_bulk/parallel_builds.py).
 
 Concurrency is shown on the real server: a test session holds ROW EXCLUSIVE on staging, which
 every CREATE INDEX (SHARE) waits for, and the builds waiting at the same time are counted in
@@ -27,9 +27,11 @@ from test_kill import (
 )
 from test_server_faults import Background
 
-from airflow_pg_bulk import fanout, finalize, naming, runner, steps
+from airflow_pg_bulk import naming, runner, steps
 from airflow_pg_bulk.errors import ConstraintViolationError, TransientLoadError
+from airflow_pg_bulk.load import finalize
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+from airflow_pg_bulk.target import parallel_builds
 
 ROWS = 3000
 
@@ -108,7 +110,7 @@ def no_helper_sessions(db: Database, plan: LoadPlan) -> bool:
 
 def builds_at_once(db: Database) -> int:
     with psycopg.connect(db.dsn) as conn:
-        sizing = fanout.server_sizing(conn, 4, None)
+        sizing = parallel_builds.server_sizing(conn, 4, None)
     return sizing.builds
 
 
@@ -148,7 +150,9 @@ def test_two_index_builds_run_at_once(db, connect, tmp_path):
             sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(db.ident(plan.staging_table))
         )
         name = naming.application_name(plan.load_id, "finalize")
-        step = Background(lambda: steps.finalize(conn, plan, fanout.Sessions(connect, name)))
+        step = Background(
+            lambda: steps.finalize(conn, plan, parallel_builds.Sessions(connect, name))
+        )
         deadline = time.monotonic() + 20
         waiting: list[Any] = []
         while len(waiting) < 2 and time.monotonic() < deadline and step.thread.is_alive():
@@ -176,7 +180,7 @@ def test_a_failing_build_stops_the_others_and_leaves_the_target(db, connect, tmp
     started = time.monotonic()
     try:
         with pytest.raises(ConstraintViolationError, match=r"b_wide_code.*Key \(code\)=\(7\)"):
-            steps.finalize(conn, plan, fanout.Sessions(connect, name))
+            steps.finalize(conn, plan, parallel_builds.Sessions(connect, name))
     finally:
         conn.close()
     assert time.monotonic() - started < STOPPED_WITHIN + 5  # the slow build did not run on

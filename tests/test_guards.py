@@ -15,7 +15,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from airflow_pg_bulk import runner, steps
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import ConstraintViolationError, LoadRefusedError
 from airflow_pg_bulk.plan import LoadRequest
 

@@ -233,7 +233,7 @@ def test_cleanup_blocked_by_a_lock_fails_within_its_bound_naming_what_is_left(
 def test_a_kill_between_statements_refuses_the_next_one(db, driver):
     """A cancel that reaches the server between two statements is ignored by it: the kill
     must still keep the step from starting its next statement."""
-    from airflow_pg_bulk import driver as adapter
+    from airflow_pg_bulk.db import driver as adapter
 
     conn = adapter.connect(db.dsn, driver)
     try:
@@ -254,7 +254,7 @@ def test_a_killed_connection_leaves_no_mark_once_gone(db, driver):
     so no connection opened later, at the same address or not, can inherit it."""
     import gc
 
-    from airflow_pg_bulk import driver as adapter
+    from airflow_pg_bulk.db import driver as adapter
 
     killed = adapter.connect(db.dsn, driver)
     adapter.stop(killed)
@@ -270,8 +270,8 @@ def test_a_killed_connection_leaves_no_mark_once_gone(db, driver):
 def test_a_kill_while_a_session_opens_closes_it(db, driver):
     """A kill landing while one of finalize's extra sessions opens (after its connection is
     made, before it is listed) refuses the session and closes its connection."""
-    from airflow_pg_bulk import driver as adapter
-    from airflow_pg_bulk import fanout
+    from airflow_pg_bulk.db import driver as adapter
+    from airflow_pg_bulk.target import parallel_builds
 
     opened: list[Any] = []
 
@@ -281,7 +281,9 @@ def test_a_kill_while_a_session_opens_closes_it(db, driver):
         sessions.stop()  # the kill arrives now
         return conn
 
-    sessions = fanout.Sessions(factory, naming.application_name("0123456789ab", "finalize"))
+    sessions = parallel_builds.Sessions(
+        factory, naming.application_name("0123456789ab", "finalize")
+    )
     with pytest.raises(TransientLoadError, match="killed"):
         sessions.open()
     assert opened[0].closed
@@ -301,7 +303,7 @@ def test_loads_after_a_killed_load_are_never_refused(db, driver, tmp_path, caplo
     import logging
     import traceback
 
-    from airflow_pg_bulk import driver as adapter
+    from airflow_pg_bulk.db import driver as adapter
 
     build_target(db)
     path = write_source(tmp_path, new_rows("replace"))

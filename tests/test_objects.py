@@ -28,7 +28,7 @@ from helpers import (
 from psycopg import sql
 
 from airflow_pg_bulk import objects, ranges, runner, sources, steps
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,

@@ -17,8 +17,8 @@ import pytest
 from helpers import catalog_snapshot, leftovers, write_csv
 from psycopg import sql as psql
 
-from airflow_pg_bulk import partitioned, runner, sql, steps
-from airflow_pg_bulk.driver import connect as connect_driver
+from airflow_pg_bulk import runner, sql, steps
+from airflow_pg_bulk.db.driver import connect as connect_driver
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,
@@ -26,6 +26,7 @@ from airflow_pg_bulk.errors import (
     TransientLoadError,
 )
 from airflow_pg_bulk.plan import LoadRequest
+from airflow_pg_bulk.target import partitioned
 
 COLUMNS = ["id", "day", "region", "site", "value", "note"]
 KINDS = {

@@ -16,7 +16,7 @@ from helpers import create_items, multiline_rows, plain_copy_checksum, repaired_
 from psycopg import sql
 
 from airflow_pg_bulk import runner, steps
-from airflow_pg_bulk.driver import connect
+from airflow_pg_bulk.db.driver import connect
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
 from airflow_pg_bulk.plan import request_from_options
 from airflow_pg_bulk.splitting import RecordSyntax, record_starts

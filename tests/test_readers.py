@@ -6,7 +6,7 @@ After a big load autovacuum works on the new table by itself. A replace's ACCESS
 request then waits ``deadlock_timeout`` (1 s) for PostgreSQL to cancel the autovacuum, and
 every reader queues behind the waiting request: measured 1,014 ms. The swap now waits for
 autovacuum under SHARE UPDATE EXCLUSIVE, which no reader conflicts with, and then takes
-ACCESS EXCLUSIVE in short tries (:mod:`airflow_pg_bulk.locking`).
+ACCESS EXCLUSIVE in short tries (:mod:`airflow_pg_bulk.target.locking`).
 
 The test makes an autovacuum that lasts minutes work on the target (a dedicated server with
 autovacuum on and a one-second naptime; the table's cost limit at its minimum), reads the
@@ -33,7 +33,8 @@ from helpers import create_items, plain_copy_checksum, rows, write_csv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from airflow_pg_bulk import partitioned, runner
+from airflow_pg_bulk import runner
+from airflow_pg_bulk.target import partitioned
 
 STALL = 0.1  # seconds: the README's claim (deadlock_timeout is 1 s)
 ATTEMPTS = 3

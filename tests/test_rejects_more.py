@@ -11,9 +11,10 @@ import pytest
 from helpers import create_items, gzip_file, leftovers, plain_copy_checksum
 from psycopg import sql
 
-from airflow_pg_bulk import rejects, runner, steps
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk import runner, steps
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk.load import rejects
 from airflow_pg_bulk.plan import ErrorPolicy, LoadRequest
 
 HEADER = "id,name,amount,day,note"

@@ -10,7 +10,7 @@ from psycopg.conninfo import make_conninfo
 from test_server_faults import DdlTrap
 
 from airflow_pg_bulk import runner, steps
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,

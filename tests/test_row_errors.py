@@ -14,7 +14,7 @@ from helpers import leftovers
 from psycopg import sql as psql
 
 from airflow_pg_bulk import runner
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import BadDataError, ConstraintViolationError
 
 TABLE = (

@@ -28,8 +28,8 @@ from helpers import leftovers, write_csv
 from psycopg import sql as psql
 
 from airflow_pg_bulk import naming, sql, steps
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.demo.connection import airflow_connection_json
-from airflow_pg_bulk.driver import connect as open_connection
 from airflow_pg_bulk.errors import AlreadyLoadedError, OlderRunError
 from airflow_pg_bulk.operators.pg_bulk import run_order
 from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, RunOrder, request_from_options

@@ -22,9 +22,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 import airflow_pg_bulk
 from airflow_pg_bulk import cli, naming, runner, steps
-from airflow_pg_bulk import driver as driver_module
 from airflow_pg_bulk import sql as bulk_sql
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db import driver as driver_module
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import CopyOptions, LoadRequest
 

@@ -47,7 +47,7 @@ from psycopg.conninfo import make_conninfo
 
 from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk import sql as bulk_sql
-from airflow_pg_bulk.driver import connect as open_connection
+from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,

@@ -36,7 +36,7 @@ def test_small_in_place_batch_leaves_statistics_to_autovacuum(
 ):
     db = analyzed_items
     path = write_csv(tmp_path / "a.csv", [(r[0] + 10_000, *r[1:]) for r in rows(50, seed=1)])
-    with caplog.at_level(logging.INFO, logger="airflow_pg_bulk.statistics"):
+    with caplog.at_level(logging.INFO, logger="airflow_pg_bulk.target.statistics"):
         summary = runner.load(connect, db.table("items"), str(path), mode=mode, strategy="in_place")
     assert summary.rows == 50
     assert db.scalar(psql.SQL("SELECT count(*) FROM {}").format(db.ident("items"))) == 2050

@@ -24,9 +24,10 @@ from psycopg import sql
 from test_dags import example_conn  # noqa: F401 (a fixture)
 from test_server_faults import Background, caught, ddl_trap  # noqa: F401 (a fixture)
 
-from airflow_pg_bulk import naming, partitioned, runner, steps
+from airflow_pg_bulk import naming, runner, steps
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import LoadRequest
+from airflow_pg_bulk.target import partitioned
 
 pytestmark = pytest.mark.dag_run
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from psycopg import sql
 
-from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk.db.driver import execute
 
 START_DATE = "2019-02-01"
 

@@ -31,7 +31,7 @@ class PgBulkHook(PostgresHook):
 
     hook_name = "Postgres (bulk load)"
     _in_use: Any = None  # the connection of the step running now (read by cancel)
-    _sessions: Any = None  # finalize's extra sessions (fanout.Sessions), stopped by cancel too
+    _sessions: Any = None  # finalize's extra sessions (session.Sessions), stopped by cancel too
     _held: Any = None  # the connection of an open session(), which the steps inside share
 
     @contextmanager
@@ -49,7 +49,8 @@ class PgBulkHook(PostgresHook):
 
     @contextmanager
     def _bulk_connection(self, application_name: str) -> Iterator[Any]:
-        from airflow_pg_bulk import driver, steps
+        from airflow_pg_bulk import steps
+        from airflow_pg_bulk.db import driver
 
         if self._held is not None:  # inside session(): its connection, named and kept open
             yield self._held
@@ -65,7 +66,7 @@ class PgBulkHook(PostgresHook):
 
     def cancel(self) -> bool:
         """Stop the step in progress: cancel the statement the server runs for it and refuse
-        any further statement on its connection (see :func:`airflow_pg_bulk.driver.stop`);
+        any further statement on its connection (see :func:`airflow_pg_bulk.db.driver.stop`);
         True when a step was in progress. Takes no lock: safe from another thread and from a
         signal handler that interrupted the step (Airflow's SIGTERM handler calls
         ``on_kill``). The step then fails with the server's ``QueryCanceled`` or, between
@@ -73,7 +74,7 @@ class PgBulkHook(PostgresHook):
         conn = self._in_use
         if conn is None:
             return False
-        from airflow_pg_bulk import driver
+        from airflow_pg_bulk.db import driver
 
         sessions = self._sessions
         if sessions is not None:
@@ -141,10 +142,11 @@ class PgBulkHook(PostgresHook):
         (several at once, each on a session of its own named after this step's, with a
         ``+<n>`` suffix) and constraints and swap (replace) or insert (append) atomically.
         :meth:`cancel` stops the extra sessions too."""
-        from airflow_pg_bulk import fanout, steps
+        from airflow_pg_bulk import steps
+        from airflow_pg_bulk.target import parallel_builds
 
         name = application_name or naming.application_name(plan.load_id, "finalize")
-        self._sessions = fanout.Sessions(self.get_conn, name)
+        self._sessions = parallel_builds.Sessions(self.get_conn, name)
         try:
             with self._bulk_connection(name) as conn:
                 return steps.complete_and_finalize(conn, plan, progress, self._sessions)

@@ -606,7 +606,7 @@ class PgBulkCleanupOperator(_PgBulkOperator):
         self.lock_timeout = lock_timeout
 
     def execute(self, context: Context) -> list[str]:
-        from airflow_pg_bulk.catalog import split_name
+        from airflow_pg_bulk.target.catalog import split_name
 
         schema, _table = split_name(_checked_table(self.table))
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)

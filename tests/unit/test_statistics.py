@@ -1,6 +1,6 @@
 """When an in-place load ANALYZEs the target (pure rule)."""
 
-from airflow_pg_bulk.statistics import IN_PLACE_SHARE, worth_analyzing
+from airflow_pg_bulk.target.statistics import IN_PLACE_SHARE, worth_analyzing
 
 
 def test_a_batch_of_a_tenth_or_more_is_analyzed():

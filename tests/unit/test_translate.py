@@ -1,4 +1,4 @@
-"""airflow_pg_bulk.translate: driver errors into the package's errors, on fabricated errors."""
+"""airflow_pg_bulk.db.translate: driver errors into the package's errors, on fabricated errors."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import dataclasses
 import psycopg.errors
 import pytest
 
-from airflow_pg_bulk import offenders, translate
-from airflow_pg_bulk.driver import ServerError, is_connection_lost, server_error
+from airflow_pg_bulk.db import translate
+from airflow_pg_bulk.db.driver import ServerError, is_connection_lost, server_error
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
     BadDataError,
@@ -16,6 +16,7 @@ from airflow_pg_bulk.errors import (
     TransientLoadError,
 )
 from airflow_pg_bulk.plan import Piece
+from airflow_pg_bulk.target import violations
 
 from .factories import driver_error, plan
 
@@ -99,16 +100,16 @@ def test_a_unique_violation_keeps_the_targets_names() -> None:
     ("found", "words"),
     [
         (
-            offenders.Found(rows=(("/d/a.csv", 3), ("/d/b.csv", 7))),
+            violations.Found(rows=(("/d/a.csv", 3), ("/d/b.csv", 7))),
             "; found at /d/a.csv line 3 and /d/b.csv line 7. The target is unchanged",
         ),
         (
-            offenders.Found(rows=(("/d/b.csv", 7),), in_target=True),
+            violations.Found(rows=(("/d/b.csv", 7),), in_target=True),
             "; found at /d/b.csv line 7, whose key is already in the target. The target is"
             " unchanged",
         ),
         (
-            offenders.Found(files=tuple(f"/d/{n}.csv" for n in range(7))),
+            violations.Found(files=tuple(f"/d/{n}.csv" for n in range(7))),
             "; the offending rows came from /d/0.csv, /d/1.csv, /d/2.csv, /d/3.csv, /d/4.csv"
             " and 2 more files. The target is unchanged",
         ),

@@ -26,7 +26,7 @@ from typing import Any
 from psycopg.sql import Composable
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.driver import close_cancelling, execute, rollback_quietly, stop
+from airflow_pg_bulk.db.driver import close_cancelling, execute, rollback_quietly, stop
 from airflow_pg_bulk.errors import TransientLoadError
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ class Sessions:
 
     :meth:`stop` (a kill, from any thread or a signal handler) cancels the statement each open
     session runs and refuses every further statement and session, as
-    :func:`airflow_pg_bulk.driver.stop` does for the step's own connection.
+    :func:`airflow_pg_bulk.db.driver.stop` does for the step's own connection.
 
     :param factory: returns a new DB-API connection (psycopg 3 or psycopg2).
     :param application_name: the step's own session name.

@@ -8,7 +8,7 @@ from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.codes import ConstraintKind, RelKind
-from airflow_pg_bulk.driver import execute, is_database_error, scalar, server_error
+from airflow_pg_bulk.db.driver import execute, is_database_error, scalar, server_error
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import (
     Column,

@@ -14,13 +14,14 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from airflow_pg_bulk import catalog, history, naming, offenders, sql, statistics
-from airflow_pg_bulk.driver import execute, scalar, server_version
+from airflow_pg_bulk import naming, sql
+from airflow_pg_bulk.db.driver import execute, scalar, server_version
+from airflow_pg_bulk.db.translate import truncate
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 from airflow_pg_bulk.planning import UniqueIndex
-from airflow_pg_bulk.translate import truncate
+from airflow_pg_bulk.target import catalog, history, statistics, violations
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +157,7 @@ def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
     *values, count, keys = found[0]
     conn.rollback()
     shown = ", ".join(f"{c}={v!r}" for c, v in zip(spec.key, values, strict=True))
-    where = offenders.locate_repeated_key(conn, plan, list(spec.key))
+    where = violations.locate_repeated_key(conn, plan, list(spec.key))
     if where.rows:
         lines = " and ".join(f"{path} line {line}" for path, line in where.rows)
         located = f"; in source order, the first key loaded twice is at {lines}"
@@ -175,7 +176,7 @@ def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
 def _refuse_unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> None:
     """A partitioned target: refuse a staged row that none of the partitions with these
     constraints (``bounds``: every partition a staged row can go to) takes, naming it and,
-    read again from the source (:func:`airflow_pg_bulk.offenders.locate_failing`), its file
+    read again from the source (:func:`airflow_pg_bulk.target.violations.locate_failing`), its file
     and line (only once such a row is found: nothing more happens before)."""
     t = plan.target
     if any(b is None for b in bounds):  # a lone DEFAULT partition takes every row
@@ -191,7 +192,7 @@ def _refuse_unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> Non
         ),
     )[0][0]
     conn.rollback()
-    found = offenders.locate_failing(conn, plan, sql.in_no_partition(constraints))
+    found = violations.locate_failing(conn, plan, sql.in_no_partition(constraints))
     path, line = found.rows[0] if found.rows else (None, None)
     raise BadDataError(
         f"upsert into the partitioned {t.qualified}: no partition of it takes the loaded "

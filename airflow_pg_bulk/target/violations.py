@@ -26,7 +26,7 @@ column that is not loaded, a stream that cannot be read twice, rows ``on_error="
 aside, which stop the second reading), the error names the load's files instead.
 
 The same replay, with a condition of its own (:func:`locate_failing`), finds the row of an
-upsert into a partitioned target that no partition takes (:mod:`airflow_pg_bulk.upsert`).
+upsert into a partitioned target that no partition takes (:mod:`airflow_pg_bulk.target.upsert`).
 
 A duplicate key's rows are those holding the key value the server's error names; on a
 partitioned target the constraint named may be a partition's (its share of the parent's key,
@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_pg_bulk import naming, sources, sql
-from airflow_pg_bulk.driver import ServerError, copy_in, execute, rollback_quietly
+from airflow_pg_bulk.db.driver import ServerError, copy_in, execute, rollback_quietly
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
 log = logging.getLogger(__name__)

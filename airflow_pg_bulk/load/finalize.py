@@ -14,24 +14,10 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from airflow_pg_bulk import (
-    catalog,
-    fanout,
-    history,
-    locking,
-    naming,
-    offenders,
-    partitioned,
-    planning,
-    realign,
-    rebuild,
-    sql,
-    statistics,
-    translate,
-    upsert,
-)
+from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
-from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar, server_error
+from airflow_pg_bulk.db import translate
+from airflow_pg_bulk.db.driver import execute, execute_count, rollback_quietly, scalar, server_error
 from airflow_pg_bulk.errors import (
     BadDataError,
     ConstraintViolationError,
@@ -39,12 +25,26 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
 )
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
+from airflow_pg_bulk.load import alignment
 from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, TargetDefinition
+from airflow_pg_bulk.target import (
+    catalog,
+    history,
+    locking,
+    parallel_builds,
+    partitioned,
+    rebuild,
+    statistics,
+    upsert,
+    violations,
+)
 
 log = logging.getLogger(__name__)
 
 
-def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None) -> LoadSummary:
+def finalize(
+    conn: Any, plan: LoadPlan, sessions: parallel_builds.Sessions | None = None
+) -> LoadSummary:
     """Check every partition is in the ledger, then make the staged rows the target's.
 
     replace: build the captured indexes and constraints on staging, restore triggers, grants,
@@ -53,7 +53,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
     append: insert the staged rows into the target in one transaction.
 
     :param sessions: where a replace opens extra sessions to build several indexes at once
-        (:mod:`airflow_pg_bulk.fanout`); None: one after another on ``conn``."""
+        (:mod:`airflow_pg_bulk.target.parallel_builds`); None: one after another on ``conn``."""
     clock = PhaseClock()
     t = plan.target
     locked = False
@@ -67,7 +67,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
             execute(conn, sql.load_lock(plan.load_id))
             conn.commit()
             locked = True
-            realign.repair(conn, plan)  # ranges cut at a wrongly guessed record start
+            alignment.repair(conn, plan)  # ranges cut at a wrongly guessed record start
             rows, nbytes, rejected, finalized = _check_ledger(conn, plan)
         if finalized:
             log.info(
@@ -100,7 +100,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: fanout.Sessions | None = None)
         rollback_quietly(conn)
         error = translate.finalize_error(exc, described)
         if isinstance(error, ConstraintViolationError):  # find the row: re-read the source
-            found = offenders.locate(conn, described, server_error(exc))
+            found = violations.locate(conn, described, server_error(exc))
             error = translate.finalize_error(exc, described, found)
         raise error from exc
     finally:
@@ -251,7 +251,7 @@ def _finalize_replace(
     rows: int,
     nbytes: int,
     rejected: int,
-    sessions: fanout.Sessions | None = None,
+    sessions: parallel_builds.Sessions | None = None,
 ) -> None:
     """Build on staging what the target has; steps already done by an earlier attempt of this
     finalize are skipped, so a retry goes on where the last one stopped."""
@@ -286,7 +286,7 @@ def build_on_staging(
     clock: PhaseClock,
     built: dict[tuple[str, str], bool | None],
     commit: Callable[[], None] | None = None,
-    sessions: fanout.Sessions | None = None,
+    sessions: parallel_builds.Sessions | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
     skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
@@ -295,9 +295,10 @@ def build_on_staging(
     replace goes on where the last one stopped); a rebuild passes a no-op and keeps it all
     in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)
 
-    Each build gets ``max_parallel_maintenance_workers`` by :func:`fanout.size_builds`; with
-    ``sessions`` and more than one index to build, several are built at once on sessions of
-    their own (:func:`fanout.run_at_once`), each committed there."""
+    Each build gets ``max_parallel_maintenance_workers`` by
+    :func:`parallel_builds.size_builds`; with ``sessions`` and more than one index to build,
+    several are built at once on sessions of their own (:func:`parallel_builds.run_at_once`),
+    each committed there."""
     t = plan.target
     stage = plan.staging_table
     commit = commit or conn.commit
@@ -316,7 +317,7 @@ def build_on_staging(
             builds.append(
                 sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
             )
-        sizing = fanout.server_sizing(conn, len(builds), plan.settings.index_workers)
+        sizing = parallel_builds.server_sizing(conn, len(builds), plan.settings.index_workers)
         workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
         execute(conn, workers)
         commit()
@@ -335,7 +336,7 @@ def build_on_staging(
                 sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem),
                 workers,
             ]
-            fanout.run_at_once(sessions, builds, sizing.builds, setup)
+            parallel_builds.run_at_once(sessions, builds, sizing.builds, setup)
         else:
             for statement in builds:
                 execute(conn, statement)

@@ -46,17 +46,9 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
-from airflow_pg_bulk import (
-    accounting,
-    naming,
-    objects,
-    records,
-    sources,
-    splitting,
-    sql,
-    translate,
-)
-from airflow_pg_bulk.driver import (
+from airflow_pg_bulk import naming, objects, records, sources, splitting, sql
+from airflow_pg_bulk.db import translate
+from airflow_pg_bulk.db.driver import (
     collect_notices,
     copy_in,
     execute,
@@ -65,6 +57,7 @@ from airflow_pg_bulk.driver import (
     server_version,
 )
 from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk.load import accounting
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
 log = logging.getLogger(__name__)
@@ -139,7 +132,7 @@ def copy_rejecting(
 
     ``rejected_before``: rows this partition rejected in earlier pieces (the limit counts them).
     ``wrap`` wraps each byte stream (progress counting); ``rule``: the server's end-of-data
-    marker rule. Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.accounting`).
+    marker rule. Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.load.accounting`).
     Past the limit, the partition's transaction is rolled back and its reject rows recorded on
     their own (the module's policy); the error raised says so."""
     assert plan.reject_table is not None

@@ -18,10 +18,11 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_pg_bulk import catalog, sql
-from airflow_pg_bulk.driver import execute, is_database_error, rollback_quietly, scalar
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.db.driver import execute, is_database_error, rollback_quietly, scalar
 from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError, OlderRunError
 from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan
+from airflow_pg_bulk.target import catalog
 
 log = logging.getLogger(__name__)
 

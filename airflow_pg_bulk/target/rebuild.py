@@ -14,8 +14,8 @@ target's advisory lock:
    (the columns not loaded taken from the row it replaces) — staging, with its source order
    column, stays as it is;
 3. the target's indexes and constraints (FKs NOT VALID then VALIDATE), ANALYZE
-   (:func:`airflow_pg_bulk.finalize.build_on_staging`);
-4. the replace's swap (:func:`airflow_pg_bulk.finalize._swap`: triggers, grants, owner,
+   (:func:`airflow_pg_bulk.load.finalize.build_on_staging`);
+4. the replace's swap (:func:`airflow_pg_bulk.load.finalize._swap`: triggers, grants, owner,
    comments, sequences, views, referencing keys), the load noted finalized, COMMIT; then the
    old table dropped in a transaction of its own.
 
@@ -32,11 +32,13 @@ import dataclasses
 import logging
 from typing import Any
 
-from airflow_pg_bulk import finalize, history, naming, planning, sql, upsert
+from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence
-from airflow_pg_bulk.driver import execute, execute_count, scalar, server_version
+from airflow_pg_bulk.db.driver import execute, execute_count, scalar, server_version
 from airflow_pg_bulk.figures import PhaseClock
+from airflow_pg_bulk.load import finalize
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition
+from airflow_pg_bulk.target import history, upsert
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ and ``append``; its cost follows the partitions the load's rows go to, not the n
 partitions of the target.
 
 prepare (:func:`create_staging`) captures the parent only (its key, columns, indexes,
-constraints, grants: :func:`airflow_pg_bulk.catalog.capture`, a few catalog queries whatever
+constraints, grants: :func:`airflow_pg_bulk.target.catalog.capture`, a few catalog queries whatever
 the number of partitions) and makes ONE plain staging table shaped like it (unlogged where a
 plain staging would be); the COPY tasks COPY into it.
 
@@ -11,7 +11,7 @@ finalize first routes the staged rows (:func:`route`, one transaction, committed
 
 1. the partitions they go to: the distinct partition-key values in staging, and the
    partitions the planner's partition pruning keeps for them
-   (:func:`airflow_pg_bulk.catalog.partitions_of_rows`; every partition when the key has an
+   (:func:`airflow_pg_bulk.target.catalog.partitions_of_rows`; every partition when the key has an
    expression or the rows have more than ``MAX_ROUTED_KEYS`` distinct key values);
 2. one partition: staging itself becomes its new table, with a CHECK of the partition's
    bound (which validates every row: a row of no partition fails here); several: a
@@ -27,11 +27,11 @@ source). Then, for each partition with rows to be swapped in:
 
 1. its new table is made logged if the target is, and gets the partition's indexes and
    constraints (FKs ``NOT VALID`` then ``VALIDATE``) and ANALYZE
-   (:func:`airflow_pg_bulk.finalize.build_on_staging`), each step committed, so that a
+   (:func:`airflow_pg_bulk.load.finalize.build_on_staging`), each step committed, so that a
    retried finalize goes on where the last one stopped;
 
 then ONE transaction, under ``lock_timeout``: the parent and the partitions swapped locked
-``ACCESS EXCLUSIVE`` in short tries (:mod:`airflow_pg_bulk.locking`; ``DETACH PARTITION``
+``ACCESS EXCLUSIVE`` in short tries (:mod:`airflow_pg_bulk.target.locking`; ``DETACH PARTITION``
 needs that lock on the parent); the parent's definition compared with prepare's and each
 swapped partition's with the one captured in step 3 (never oids: a partition swapped by
 another load in the meantime keeps its definition and changes its oid); for each,
@@ -66,20 +66,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_pg_bulk import (
-    catalog,
-    fanout,
-    finalize,
-    history,
-    locking,
-    naming,
-    offenders,
-    planning,
-    sql,
-    translate,
-)
+from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.codes import Identity, Persistence
-from airflow_pg_bulk.driver import (
+from airflow_pg_bulk.db import translate
+from airflow_pg_bulk.db.driver import (
     close_cancelling,
     execute,
     is_database_error,
@@ -90,7 +80,9 @@ from airflow_pg_bulk.driver import (
 )
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
 from airflow_pg_bulk.figures import PhaseClock
+from airflow_pg_bulk.load import finalize
 from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition
+from airflow_pg_bulk.target import catalog, history, locking, parallel_builds, violations
 
 log = logging.getLogger(__name__)
 
@@ -314,7 +306,7 @@ def _unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> BadDataErr
     shown = execute(conn, sql.unrouted_row(t.schema, plan.staging_table, plan.columns, constraints))
     conn.rollback()
     row = shown[0][0] if shown else "?"
-    found = offenders.locate_failing(conn, plan, sql.in_no_partition(constraints))
+    found = violations.locate_failing(conn, plan, sql.in_no_partition(constraints))
     path, line = found.rows[0] if found.rows else (None, None)
     return BadDataError(
         f"no partition of {t.qualified} takes the loaded row {row} ({', '.join(plan.columns)})"
@@ -528,7 +520,7 @@ def side_by_side(plan: LoadPlan) -> int:
     return max(2, min(len(plan.partitions), MAX_SIDE_BY_SIDE))
 
 
-def build_in_parallel(sessions: fanout.Sessions, plan: LoadPlan, jobs: int) -> float:
+def build_in_parallel(sessions: parallel_builds.Sessions, plan: LoadPlan, jobs: int) -> float:
     """At the start of finalize (in one process and under Airflow alike, on finalize's extra
     sessions): build the partitions finalize will swap in (indexes, constraints), up to
     ``jobs`` at once, each thread on a session of its own (``sessions``); finalize then finds
@@ -536,8 +528,8 @@ def build_in_parallel(sessions: fanout.Sessions, plan: LoadPlan, jobs: int) -> f
     when found done). Nothing here touches the target.
     ``plan`` as :func:`route` returned it.
 
-    A kill or timeout (:func:`airflow_pg_bulk.fanout.run_jobs`) cancels the running builds and
-    starts none of those still queued.
+    A kill or timeout (:func:`airflow_pg_bulk.target.parallel_builds.run_jobs`) cancels the
+    running builds and starts none of those still queued.
     Returns the seconds taken (0: nothing to build side by side: fewer than two partitions,
     or the load finalized)."""
     if not partitioned_staging(plan) or jobs < 2:
@@ -569,7 +561,9 @@ def build_in_parallel(sessions: fanout.Sessions, plan: LoadPlan, jobs: int) -> f
         sql.set_config("lock_timeout", plan.settings.lock_timeout),
         sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem),
     ]
-    fanout.run_jobs(sessions, [functools.partial(build, n) for n in swapped], workers, setup)
+    parallel_builds.run_jobs(
+        sessions, [functools.partial(build, n) for n in swapped], workers, setup
+    )
     seconds = time.perf_counter() - started
     log.info(
         "Load %s: %d partitions of %s built on %d sessions at once in %.2f s",

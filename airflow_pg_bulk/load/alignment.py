@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from airflow_pg_bulk import ranges, records, sources, sql
-from airflow_pg_bulk.driver import execute, rollback_quietly
+from airflow_pg_bulk.db.driver import execute, rollback_quietly
 from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
 

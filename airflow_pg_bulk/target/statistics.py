@@ -15,7 +15,7 @@ import logging
 from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk.db.driver import execute
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
 

@@ -1,7 +1,7 @@
 """The one translation of driver errors into the package's errors.
 
 A driver error (psycopg 3 or psycopg2) is read into a driver-independent
-:class:`~airflow_pg_bulk.driver.ServerError` and mapped here: a SQLSTATE in
+:class:`~airflow_pg_bulk.db.driver.ServerError` and mapped here: a SQLSTATE in
 :data:`~airflow_pg_bulk.errors.TRANSIENT_SQLSTATES` or a lost connection becomes
 :class:`~airflow_pg_bulk.errors.TransientLoadError`; a data error during COPY becomes
 :class:`~airflow_pg_bulk.errors.BadDataError` naming the file, line, column and value; a data
@@ -12,8 +12,13 @@ error is returned unchanged.
 
 from __future__ import annotations
 
-from airflow_pg_bulk import naming, offenders, sources
-from airflow_pg_bulk.driver import ServerError, is_connection_lost, is_database_error, server_error
+from airflow_pg_bulk import naming, sources
+from airflow_pg_bulk.db.driver import (
+    ServerError,
+    is_connection_lost,
+    is_database_error,
+    server_error,
+)
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
     BadDataError,
@@ -23,6 +28,7 @@ from airflow_pg_bulk.errors import (
     parse_copy_context,
 )
 from airflow_pg_bulk.plan import LoadPlan, Piece
+from airflow_pg_bulk.target import violations
 
 VALUE_LIMIT = 80
 MESSAGE_LIMIT = 300
@@ -96,12 +102,12 @@ def bad_value(
 
 
 def finalize_error(
-    exc: BaseException, plan: LoadPlan, found: offenders.Found | None = None
+    exc: BaseException, plan: LoadPlan, found: violations.Found | None = None
 ) -> BaseException:
     """What a failed finalize raises: transient, a constraint violation, or ``exc`` itself.
 
     :param found: where the offending rows of a constraint violation are
-        (:func:`airflow_pg_bulk.offenders.locate`), named in its message."""
+        (:func:`airflow_pg_bulk.target.violations.locate`), named in its message."""
     if is_connection_lost(exc):
         return TransientLoadError(
             f"finalize of {plan.target.qualified}: the connection to the server was lost "
@@ -114,7 +120,7 @@ def finalize_error(
 
 
 def finalize_server_error(
-    err: ServerError, plan: LoadPlan, found: offenders.Found | None = None
+    err: ServerError, plan: LoadPlan, found: violations.Found | None = None
 ) -> Exception | None:
     """:func:`finalize_error` for an error the server raised; None: not one to translate."""
     t = plan.target

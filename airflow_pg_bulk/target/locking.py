@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.driver import execute, is_database_error, scalar, server_error
+from airflow_pg_bulk.db.driver import execute, is_database_error, scalar, server_error
 from airflow_pg_bulk.errors import TransientLoadError
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,1 @@
+"""target: the target table, and every way staged rows become its rows."""
