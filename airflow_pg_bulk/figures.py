@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import execute
 from airflow_pg_bulk.plan import LoadPlan, PlainData
 
 
@@ -165,21 +163,6 @@ class LoadSummary(PlainData):
             note = f"  ({WAIT_PHASES[name]})" if name in WAIT_PHASES else ""
             lines.append(f"  {name:<14} {secs:8.2f} s{note}")
         return "\n".join(lines)
-
-
-def copy_span(conn: Any, plan: LoadPlan) -> tuple[float, float] | None:
-    """The first COPY's start and the last COPY's end, from the ledger, on this process's
-    clock (``time.time()``): the server's clock is read with them and the offset taken off.
-    ``None`` when no partition is in the ledger."""
-    before = time.time()
-    rows = execute(conn, sql.copy_span(plan.target.schema, plan.ledger_table))
-    after = time.time()
-    conn.commit()
-    first, last, server_now = rows[0]
-    if first is None or last is None:
-        return None
-    offset = float(server_now) - (before + after) / 2
-    return float(first) - offset, float(last) - offset
 
 
 def whole_load(

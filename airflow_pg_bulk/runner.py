@@ -14,10 +14,12 @@ from typing import Any
 from airflow_pg_bulk import figures, naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.db.driver import close_cancelling, connect
+from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import LoadSummary
+from airflow_pg_bulk.load import ledger
 from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
-from airflow_pg_bulk.target import parallel_builds
+from airflow_pg_bulk.target.catalog import split_name
 
 log = logging.getLogger(__name__)
 
@@ -253,10 +255,10 @@ def load(
         plan = figures.stamp_prepare(plan, started_at, time.time())
         workers = jobs or min(len(plan.partitions), 4)
         run_plan(factory, plan, workers)
-        copies = figures.copy_span(main, plan)
+        copies = ledger.copy_span(main, plan)
         name = naming.application_name(load_id, "finalize")
         steps.start_session(main, name)
-        summary = steps.finalize(main, plan, parallel_builds.Sessions(factory, name))
+        summary = steps.finalize(main, plan, Sessions(factory, name))
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
         schema = plan.target.schema if plan else _schema_of(table)
@@ -277,8 +279,6 @@ def load(
 
 
 def _schema_of(table: str) -> str:
-    from airflow_pg_bulk.target.catalog import split_name
-
     try:
         return split_name(table)[0]
     except ValueError:

@@ -168,10 +168,11 @@ def _kind(text: str) -> str:
 
 def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
     """Time every statement the steps run (kind, text, seconds)."""
-    from airflow_pg_bulk import steps
-    from airflow_pg_bulk.load import finalize
+    import sys
 
-    original = steps.execute
+    from airflow_pg_bulk.db import driver
+
+    original = driver.execute
 
     def timed(conn: Any, statement: Any) -> Any:
         started = time.perf_counter()
@@ -186,8 +187,9 @@ def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
             text = " ".join(text.split())
             timings.append((_kind(text), text[:160], seconds))
 
-    steps.execute = timed
-    finalize.execute = timed  # finalize's own module since the steps were cut apart
+    for name, module in list(sys.modules.items()):  # every module of the steps that runs SQL
+        if name.startswith("airflow_pg_bulk.") and getattr(module, "execute", None) is original:
+            module.execute = timed
 
 
 def pipeline(spec: dict[str, Any]) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Finalize on several cores: a table's indexes built at once on sessions of their own, and the
-old table dropped after the swap commits (see airflow_pg_bulk/parallel_builds.py).
+old table dropped after the swap commits (see airflow_pg_bulk/target/parallel_builds.py).
 
 Concurrency is shown on the real server: a test session holds ROW EXCLUSIVE on staging, which
 every CREATE INDEX (SHARE) waits for, and the builds waiting at the same time are counted in
@@ -28,10 +28,10 @@ from test_kill import (
 from test_server_faults import Background
 
 from airflow_pg_bulk import naming, runner, steps
+from airflow_pg_bulk.db import session
 from airflow_pg_bulk.errors import ConstraintViolationError, TransientLoadError
-from airflow_pg_bulk.load import finalize
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest
-from airflow_pg_bulk.target import parallel_builds
+from airflow_pg_bulk.target import parallel_builds, swap
 
 ROWS = 3000
 
@@ -150,9 +150,7 @@ def test_two_index_builds_run_at_once(db, connect, tmp_path):
             sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(db.ident(plan.staging_table))
         )
         name = naming.application_name(plan.load_id, "finalize")
-        step = Background(
-            lambda: steps.finalize(conn, plan, parallel_builds.Sessions(connect, name))
-        )
+        step = Background(lambda: steps.finalize(conn, plan, session.Sessions(connect, name)))
         deadline = time.monotonic() + 20
         waiting: list[Any] = []
         while len(waiting) < 2 and time.monotonic() < deadline and step.thread.is_alive():
@@ -180,7 +178,7 @@ def test_a_failing_build_stops_the_others_and_leaves_the_target(db, connect, tmp
     started = time.monotonic()
     try:
         with pytest.raises(ConstraintViolationError, match=r"b_wide_code.*Key \(code\)=\(7\)"):
-            steps.finalize(conn, plan, parallel_builds.Sessions(connect, name))
+            steps.finalize(conn, plan, session.Sessions(connect, name))
     finally:
         conn.close()
     assert time.monotonic() - started < STOPPED_WITHIN + 5  # the slow build did not run on
@@ -241,7 +239,7 @@ def test_the_old_table_is_dropped_after_the_swap_commits(db, connect, tmp_path, 
     plan, conn = prepared(db, connect, write_csv(tmp_path / "wide.csv", new_rows()))
     retired = naming.retired_table(plan.load_id)
     seen: list[Any] = []
-    drop = finalize.drop_retired
+    drop = swap.drop_retired
 
     def observed(conn: Any, plan: LoadPlan) -> bool:
         # what another session sees between the swap's commit and the drop
@@ -249,7 +247,7 @@ def test_the_old_table_is_dropped_after_the_swap_commits(db, connect, tmp_path, 
                      db.checksum("wide")[0]))  # fmt: skip
         return drop(conn, plan)
 
-    monkeypatch.setattr(finalize, "drop_retired", observed)
+    monkeypatch.setattr(swap, "drop_retired", observed)
     try:
         summary = steps.finalize(conn, plan)
     finally:
@@ -272,7 +270,7 @@ def test_a_crash_between_the_commit_and_the_drop_leaves_what_cleanup_drops(
     plan, conn = prepared(db, connect, write_csv(tmp_path / "wide.csv", new_rows()))
     retired = naming.retired_table(plan.load_id)
     loaded = db.checksum("wide")
-    monkeypatch.setattr(finalize, "drop_retired", lambda conn, plan: False)  # died before it
+    monkeypatch.setattr(swap, "drop_retired", lambda conn, plan: False)  # died before it
     try:
         steps.finalize(conn, plan)
         after = db.checksum("wide")

@@ -271,7 +271,7 @@ def test_a_kill_while_a_session_opens_closes_it(db, driver):
     """A kill landing while one of finalize's extra sessions opens (after its connection is
     made, before it is listed) refuses the session and closes its connection."""
     from airflow_pg_bulk.db import driver as adapter
-    from airflow_pg_bulk.target import parallel_builds
+    from airflow_pg_bulk.db import session
 
     opened: list[Any] = []
 
@@ -281,9 +281,7 @@ def test_a_kill_while_a_session_opens_closes_it(db, driver):
         sessions.stop()  # the kill arrives now
         return conn
 
-    sessions = parallel_builds.Sessions(
-        factory, naming.application_name("0123456789ab", "finalize")
-    )
+    sessions = session.Sessions(factory, naming.application_name("0123456789ab", "finalize"))
     with pytest.raises(TransientLoadError, match="killed"):
         sessions.open()
     assert opened[0].closed

@@ -18,6 +18,7 @@ from psycopg import sql
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.db.driver import connect
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
+from airflow_pg_bulk.load import copy as copy_step
 from airflow_pg_bulk.plan import request_from_options
 from airflow_pg_bulk.splitting import RecordSyntax, record_starts
 
@@ -135,11 +136,11 @@ def test_a_repair_cut_short_is_finished_by_the_next_finalize(db, tmp_path, monke
     with _notes_prepared(db, tmp_path) as (conn, plan, expected):
         for part in plan.partitions:
             steps.copy_partition(conn, plan, part.index)
-        monkeypatch.setattr(steps, "copy_partition", dies_on_the_second)
+        monkeypatch.setattr(copy_step, "copy_partition", dies_on_the_second)
         with pytest.raises(TransientLoadError):
             steps.finalize(conn, plan)
         assert db.checksum("notes")[0] == 0  # nothing visible
-        monkeypatch.setattr(steps, "copy_partition", real)
+        monkeypatch.setattr(copy_step, "copy_partition", real)
         summary = steps.finalize(conn, plan)
     assert summary.rows == expected[0]
     assert db.checksum("notes") == expected

@@ -14,7 +14,7 @@ from psycopg import sql
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.load import rejects
+from airflow_pg_bulk.load import ledger, rejects
 from airflow_pg_bulk.plan import ErrorPolicy, LoadRequest
 
 HEADER = "id,name,amount,day,note"
@@ -504,7 +504,7 @@ def test_partition_retried_in_reject_mode_records_rejects_and_rows_once(
             again = steps.copy_partition(conn, plan, 1)
             assert (again.rows, again.rejects, again.skipped) == (done.rows, 3, True)
         else:
-            real_execute = steps.execute
+            real_execute = ledger.execute
             fired: list[str] = []
 
             def failing_execute(c, statement):
@@ -514,10 +514,10 @@ def test_partition_retried_in_reject_mode_records_rejects_and_rows_once(
                     raise RuntimeError("worker lost before commit")
                 return real_execute(c, statement)
 
-            monkeypatch.setattr(steps, "execute", failing_execute)
+            monkeypatch.setattr(ledger, "execute", failing_execute)
             with pytest.raises(RuntimeError, match="worker lost"):
                 steps.copy_partition(conn, plan, 1)
-            monkeypatch.setattr(steps, "execute", real_execute)
+            monkeypatch.setattr(ledger, "execute", real_execute)
             assert fired
             assert reject_rows(db, "a7a7a7a7a7a7") == []  # rolled back with the rows
             retried = steps.copy_partition(conn, plan, 1)

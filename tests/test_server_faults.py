@@ -55,6 +55,7 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
 )
+from airflow_pg_bulk.load import copy as copy_step
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Settings
 
 APPLICATION = "airflow-pg-bulk"
@@ -1076,9 +1077,9 @@ def test_crash_during_copy_then_retried_copy_and_finalize_complete(
     plan = prepare(db, request(db, path, mode, staging_logged=True))
     copy(db, plan, [0])
     wait_wal_flushed(db)
-    real_copy_in = steps.copy_in
+    real_copy_in = copy_step.copy_in
     monkeypatch.setattr(
-        steps,
+        copy_step,
         "copy_in",
         lambda conn, statement, chunks: real_copy_in(conn, statement, SlowChunks(chunks)),
     )
@@ -1095,7 +1096,7 @@ def test_crash_during_copy_then_retried_copy_and_finalize_complete(
     own_server.crash_restart()
     error = step.join()
     reconnect(db)
-    monkeypatch.setattr(steps, "copy_in", real_copy_in)
+    monkeypatch.setattr(copy_step, "copy_in", real_copy_in)
 
     assert isinstance(error, TransientLoadError), repr(error)
     target.untouched()

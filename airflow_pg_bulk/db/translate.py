@@ -12,6 +12,8 @@ error is returned unchanged.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from airflow_pg_bulk import naming, sources
 from airflow_pg_bulk.db.driver import (
     ServerError,
@@ -28,7 +30,9 @@ from airflow_pg_bulk.errors import (
     parse_copy_context,
 )
 from airflow_pg_bulk.plan import LoadPlan, Piece
-from airflow_pg_bulk.target import violations
+
+if TYPE_CHECKING:  # annotations only: the violations module is of the layer above
+    from airflow_pg_bulk.target import violations
 
 VALUE_LIMIT = 80
 MESSAGE_LIMIT = 300

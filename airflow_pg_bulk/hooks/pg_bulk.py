@@ -143,10 +143,10 @@ class PgBulkHook(PostgresHook):
         ``+<n>`` suffix) and constraints and swap (replace) or insert (append) atomically.
         :meth:`cancel` stops the extra sessions too."""
         from airflow_pg_bulk import steps
-        from airflow_pg_bulk.target import parallel_builds
+        from airflow_pg_bulk.db import session
 
         name = application_name or naming.application_name(plan.load_id, "finalize")
-        self._sessions = parallel_builds.Sessions(self.get_conn, name)
+        self._sessions = session.Sessions(self.get_conn, name)
         try:
             with self._bulk_connection(name) as conn:
                 return steps.complete_and_finalize(conn, plan, progress, self._sessions)

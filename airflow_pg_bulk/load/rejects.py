@@ -77,28 +77,29 @@ class PieceOutcome:
     rejects: int = 0
 
 
-class _Found:
+class PartitionRejects:
     """The reject rows one attempt of a partition has recorded, kept aside (spooled to disk past
-    a few MiB) to record again after the partition's transaction rolls back."""
+    a few MiB) to record again after the partition's transaction rolls back. The COPY step
+    makes one per attempt of a partition and closes it when the attempt ends."""
 
     def __init__(self) -> None:
         self._file = tempfile.SpooledTemporaryFile(max_size=_SPOOL_MEMORY)  # noqa: SIM115
         self.count = 0
 
     def add(self, row: dict[str, Any]) -> None:
+        """Keep one reject row."""
         pickle.dump(row, self._file)
         self.count += 1
 
     def rows(self) -> Iterator[dict[str, Any]]:
+        """The rows kept, in the order they were added."""
         self._file.seek(0)
         for _ in range(self.count):
             yield pickle.load(self._file)
 
     def close(self) -> None:
+        """Drop the rows kept (the spool file)."""
         self._file.close()
-
-
-_ATTEMPTS: dict[tuple[str, int], _Found] = {}  # (load id, partition) -> its rejects so far
 
 
 @dataclasses.dataclass
@@ -112,7 +113,7 @@ class _Job:
     rejected_before: int
     wrap: Wrap
     rule: records.MarkerRule
-    found: _Found
+    found: PartitionRejects
 
     @property
     def over_limit(self) -> bool:
@@ -127,49 +128,25 @@ def copy_rejecting(
     rejected_before: int,
     wrap: Wrap,
     rule: records.MarkerRule,
+    found: PartitionRejects,
 ) -> PieceOutcome:
     """Load ``piece``, recording each bad row in the plan's reject table.
 
     ``rejected_before``: rows this partition rejected in earlier pieces (the limit counts them).
     ``wrap`` wraps each byte stream (progress counting); ``rule``: the server's end-of-data
-    marker rule. Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.load.accounting`).
+    marker rule; ``found``: the reject rows of the partition's earlier pieces in this attempt.
+    Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.load.accounting`).
     Past the limit, the partition's transaction is rolled back and its reject rows recorded on
     their own (the module's policy); the error raised says so."""
     assert plan.reject_table is not None
-    key, last = _attempt(plan, piece)
-    found = _ATTEMPTS.setdefault(key, _Found())
     job = _Job(conn, plan, piece, statement, rejected_before, wrap, rule, found)
-    try:
-        with ExitStack() as stack:
-            spool = sources.is_stream(piece.path) or objects.is_url(piece.path)
-            source = _plain_copy(stack, piece, plan) if spool else piece
-            outcome = _copy_skipping(job, source, stack)
-            if outcome is None:
-                outcome = _copy_with_savepoints(job, source, stack)
-    except BaseException:
-        _forget(key)
-        raise
-    if last:
-        _forget(key)
+    with ExitStack() as stack:
+        spool = sources.is_stream(piece.path) or objects.is_url(piece.path)
+        source = _plain_copy(stack, piece, plan) if spool else piece
+        outcome = _copy_skipping(job, source, stack)
+        if outcome is None:
+            outcome = _copy_with_savepoints(job, source, stack)
     return outcome
-
-
-def _attempt(plan: LoadPlan, piece: Piece) -> tuple[tuple[str, int], bool]:
-    """The key of the piece's partition, and whether the piece is its last; the first piece
-    of a partition starts a new attempt (a retry forgets what the last one found)."""
-    for part in plan.partitions:
-        if piece in part.pieces:
-            key = (plan.load_id, part.index)
-            if piece == part.pieces[0]:
-                _forget(key)
-            return key, piece == part.pieces[-1]
-    raise KeyError(f"load {plan.load_id} has no piece {piece}")
-
-
-def _forget(key: tuple[str, int]) -> None:
-    found = _ATTEMPTS.pop(key, None)
-    if found is not None:
-        found.close()
 
 
 def _copy_with_savepoints(job: _Job, piece: Piece, stack: ExitStack) -> PieceOutcome:

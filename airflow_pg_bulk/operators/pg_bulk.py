@@ -520,6 +520,7 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_pg_bulk import figures
+        from airflow_pg_bulk.load import ledger
 
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
@@ -534,7 +535,7 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
         copies = None
         try:  # the COPY tasks' span, for the whole load's figures (prepare's start is in the plan)
             with closing(self.hook.get_conn()) as conn:
-                copies = figures.copy_span(conn, plan)
+                copies = ledger.copy_span(conn, plan)
         except Exception:  # finalize says what is wrong with the ledger
             self.log.warning("could not read the COPY times from the ledger", exc_info=True)
         with _terminal_errors_fail():

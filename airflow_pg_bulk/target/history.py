@@ -15,7 +15,9 @@ are deleted (:func:`trim`), in a transaction of their own, after the swap's comm
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_pg_bulk import sql
@@ -102,6 +104,46 @@ def ensure(conn: Any, table: tuple[str, str]) -> None:
             statements,
         )
     execute(conn, sql.release("pgbulk_history"))
+
+
+@dataclass(frozen=True)
+class LedgerTotals:
+    """What the ledger's committed partitions add up to (what the history row records), and
+    whether the ledger says the load was made visible before (a retry after a commit whose
+    acknowledgement was lost)."""
+
+    rows: int
+    nbytes: int
+    rejected: int
+    finalized: bool = False
+
+
+def open_visible(conn: Any, plan: LoadPlan) -> None:
+    """Open the transaction that makes the load's rows the target's: every statement in it
+    waits at most ``lock_timeout``, and it holds the target's advisory lock (one such
+    transaction per target at a time). :func:`close_visible` ends it."""
+    execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
+    execute(conn, sql.advisory_xact_lock(plan.target.oid))
+
+
+def close_visible(
+    conn: Any, plan: LoadPlan, totals: LedgerTotals, parts: Sequence[str] | None = None
+) -> None:
+    """End the transaction :func:`open_visible` opened: the load noted finalized
+    (:func:`record_finalized`), then COMMIT."""
+    record_finalized(conn, plan, totals.rows, totals.nbytes, totals.rejected, parts)
+    conn.commit()
+
+
+@contextmanager
+def visible(
+    conn: Any, plan: LoadPlan, totals: LedgerTotals, parts: Sequence[str] | None = None
+) -> Iterator[None]:
+    """:func:`open_visible`, the block, :func:`close_visible`; an exception leaves the
+    transaction to the caller to roll back."""
+    open_visible(conn, plan)
+    yield
+    close_visible(conn, plan, totals, parts)
 
 
 def record_finalized(

@@ -9,8 +9,9 @@ overlaps them: ``ALTER TABLE ... ADD CONSTRAINT`` (SHARE ROW EXCLUSIVE / ACCESS 
 table, and with each other. See docs/design.md, "finalize on several cores".
 
 The sizing rule (:func:`size_builds`) reads the server's ``max_worker_processes`` and
-``max_parallel_workers``; the extra sessions come from a :class:`Sessions`, which the hook
-stops on a kill together with the step's own connection.
+``max_parallel_workers``; the extra sessions come from a
+:class:`airflow_pg_bulk.db.session.Sessions`, which the hook stops on a kill together with the
+step's own connection.
 """
 
 from __future__ import annotations
@@ -25,9 +26,9 @@ from typing import Any
 
 from psycopg.sql import Composable
 
-from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import close_cancelling, execute, rollback_quietly, stop
-from airflow_pg_bulk.errors import TransientLoadError
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.db.driver import execute, rollback_quietly
+from airflow_pg_bulk.db.session import Sessions
 
 log = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ class BuildSizing:
     """How finalize builds the indexes of one table.
 
     :param builds: index builds at once, each on its own session (1: one after another on
-        finalize's own session, as before).
+        finalize's own session).
     :param workers: ``max_parallel_maintenance_workers`` of each build's session.
     """
 
@@ -76,71 +77,6 @@ def server_sizing(conn: Any, indexes: int, index_workers: int | None) -> BuildSi
     a rebuild keeps everything in one)."""
     processes, parallel = execute(conn, sql.parallel_limits())[0]
     return size_builds(indexes, processes, parallel, index_workers)
-
-
-class Sessions:
-    """The extra sessions of one step, opened on demand by ``factory`` and named after the
-    step's own session (:func:`airflow_pg_bulk.naming.helper_session`).
-
-    :meth:`stop` (a kill, from any thread or a signal handler) cancels the statement each open
-    session runs and refuses every further statement and session, as
-    :func:`airflow_pg_bulk.db.driver.stop` does for the step's own connection.
-
-    :param factory: returns a new DB-API connection (psycopg 3 or psycopg2).
-    :param application_name: the step's own session name.
-    """
-
-    def __init__(self, factory: Callable[[], Any], application_name: str) -> None:
-        self._factory = factory
-        self._name = application_name
-        self._open: list[Any] = []
-        self._count = 0
-        self._lock = threading.Lock()
-        self.stopped = False
-
-    def open(self, setup: Sequence[Composable] = ()) -> Any:
-        """A new session, named and set up (``setup``'s statements, committed)."""
-        from airflow_pg_bulk import steps
-
-        if self.stopped:
-            raise _killed()
-        conn = self._factory()
-        with self._lock:
-            self._count += 1
-            number = self._count
-            self._open.append(conn)
-        try:
-            if self.stopped:  # a kill between the check above and the append
-                stop(conn)
-            steps.start_session(conn, naming.helper_session(self._name, number))
-            for statement in setup:
-                execute(conn, statement)
-            conn.commit()
-        except BaseException:  # (a kill refuses the first statement): closed, not left open
-            self.close(conn)
-            raise
-        return conn
-
-    def close(self, conn: Any) -> None:
-        """Close one session, cancelling first a statement still running."""
-        with self._lock:
-            if conn in self._open:
-                self._open.remove(conn)
-        close_cancelling(conn)
-
-    def stop(self) -> None:
-        """Cancel what every open session runs and refuse further statements and sessions.
-        Takes no lock (list copies are atomic): safe from a signal handler."""
-        self.stopped = True
-        for conn in list(self._open):
-            stop(conn)
-
-
-def _killed() -> TransientLoadError:
-    return TransientLoadError(
-        "the task was killed: its running statements were cancelled and no other starts",
-        sqlstate="57014",
-    )
 
 
 def run_at_once(

@@ -27,7 +27,7 @@ source). Then, for each partition with rows to be swapped in:
 
 1. its new table is made logged if the target is, and gets the partition's indexes and
    constraints (FKs ``NOT VALID`` then ``VALIDATE``) and ANALYZE
-   (:func:`airflow_pg_bulk.load.finalize.build_on_staging`), each step committed, so that a
+   (:func:`airflow_pg_bulk.target.build.build_on_staging`), each step committed, so that a
    retried finalize goes on where the last one stopped;
 
 then ONE transaction, under ``lock_timeout``: the parent and the partitions swapped locked
@@ -78,11 +78,21 @@ from airflow_pg_bulk.db.driver import (
     server_error,
     server_version,
 )
+from airflow_pg_bulk.db.session import Sessions, start_session
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
 from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.load import finalize
 from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition
-from airflow_pg_bulk.target import catalog, history, locking, parallel_builds, violations
+from airflow_pg_bulk.target import (
+    build,
+    catalog,
+    history,
+    locking,
+    parallel_builds,
+    staging,
+    swap,
+    violations,
+)
+from airflow_pg_bulk.target.history import LedgerTotals
 
 log = logging.getLogger(__name__)
 
@@ -166,9 +176,7 @@ def route(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
             conn.commit()
             return routed
         if not plan.staging_logged:  # a crash may have emptied the unlogged staging
-            staged = scalar(conn, sql.count_rows(t.schema, stage))
-            if staged != rows:
-                raise finalize._staging_lost(plan, staged, rows)
+            staging.check_rows(conn, plan, rows)
         columns = [c.name for c in t.columns]
         names = catalog.partitions_of_rows(conn, t, stage, columns)
         candidates = execute(conn, sql.leaf_partitions(t.oid, names))
@@ -350,12 +358,29 @@ def _parent_fingerprint(plan: LoadPlan) -> dict[str, Any]:
     return dataclasses.replace(t, partitioning=bare).fingerprint()
 
 
+def make_visible(
+    conn: Any,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    totals: LedgerTotals,
+    sessions: Sessions | None = None,
+) -> None:
+    """The partition-wise finalize of a routed load (``plan`` as :func:`route` returned it):
+    with ``sessions``, the partitions to swap built side by side first
+    (:func:`build_in_parallel`); then :func:`finalize_partitioned`."""
+    if sessions is not None and built_beside(plan) > 1:
+        with clock.phase("build_partitions"):
+            build_in_parallel(sessions, plan, side_by_side(plan))
+    finalize_partitioned(conn, plan, clock, totals)
+
+
 def finalize_partitioned(
-    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+    conn: Any, plan: LoadPlan, clock: PhaseClock, totals: LedgerTotals
 ) -> None:
     """The partition-wise finalize (see the module's docstring); ``plan`` as :func:`route`
     returned it."""
     t = plan.target
+    rows = totals.rows
     parts = _parts(plan)
     leaves = parts.leaves
     if (
@@ -373,12 +398,8 @@ def finalize_partitioned(
     loaded = list(range(len(leaves)))
     with clock.phase("check"):
         if not plan.staging_logged:  # a crash may have emptied some unlogged tables
-            staged = sum(
-                scalar(conn, sql.count_rows(t.schema, naming.staging_partition(plan.load_id, n)))
-                for n in loaded
-            )
-            if staged != rows:
-                raise finalize._staging_lost(plan, staged, rows)
+            tables = [naming.staging_partition(plan.load_id, n) for n in loaded]
+            staging.check_rows(conn, plan, rows, tables)
         swapped = _to_swap(conn, plan, loaded)
         # the rows this load replaces, for the ordering rule: the partitions it swaps in
         # (replace_partitions), or the whole target (replace); checked now, before the
@@ -389,8 +410,7 @@ def finalize_partitioned(
     built = {n: _build_leaf(conn, plan, n, clock) for n in swapped}
     inserted: list[int] = []
     with clock.phase("swap"):
-        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
-        execute(conn, sql.advisory_xact_lock(t.oid))
+        history.open_visible(conn, plan)
         # the ordering rule, decided here: the advisory lock serialises this transaction with
         # every other finalize of the target (an index lookup, before any table lock)
         history.refuse_overwriting_newer(conn, plan, replaced)
@@ -447,8 +467,7 @@ def finalize_partitioned(
                     conn, sql.has_rows(leaf_schema, name)
                 ):
                     execute(conn, sql.truncate(leaf_schema, name))
-        history.record_finalized(conn, plan, rows, nbytes, rejected, replaced)
-        conn.commit()
+        history.close_visible(conn, plan, totals, replaced)
     if inserted and plan.settings.analyze:
         with clock.phase("analyze"):
             for n in inserted:
@@ -520,7 +539,7 @@ def side_by_side(plan: LoadPlan) -> int:
     return max(2, min(len(plan.partitions), MAX_SIDE_BY_SIDE))
 
 
-def build_in_parallel(sessions: parallel_builds.Sessions, plan: LoadPlan, jobs: int) -> float:
+def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
     """At the start of finalize (in one process and under Airflow alike, on finalize's extra
     sessions): build the partitions finalize will swap in (indexes, constraints), up to
     ``jobs`` at once, each thread on a session of its own (``sessions``); finalize then finds
@@ -580,8 +599,6 @@ def build_in_parallel(sessions: parallel_builds.Sessions, plan: LoadPlan, jobs: 
 def _session(
     connect: Callable[[], Any], plan: LoadPlan, what: str, index: int | None = None
 ) -> Iterator[Any]:
-    from airflow_pg_bulk.steps import start_session  # (steps imports this module)
-
     conn = connect()
     try:
         start_session(conn, naming.application_name(plan.load_id, what, index))
@@ -660,14 +677,14 @@ def _build_leaf(
     built_plan = leaf_plan(plan, number)
     t = plan.target
     stage = built_plan.staging_table
-    state = finalize._staging_state(conn, built_plan)
+    state = staging.existing_objects(conn, built_plan)
     if ("persistence", Persistence.UNLOGGED) in state and (
         built_plan.target.persistence == Persistence.PERMANENT
     ):
         with clock.phase("set_logged"):
             execute(conn, sql.set_logged(t.schema, stage))
             conn.commit()
-    return finalize.build_on_staging(conn, built_plan, clock, state)
+    return build.build_on_staging(conn, built_plan, clock, state)
 
 
 def _swap_leaf(
@@ -699,8 +716,8 @@ def _swap_leaf(
         execute(conn, sql.set_owner(t.schema, d.table, d.owner))
     if d.comment is None:  # (its comment held the partition's definition: see route)
         execute(conn, sql.comment_on("TABLE", sql.qualified(t.schema, d.table), None))
-    finalize._restore_properties(conn, d, triggers=False)
-    finalize.restore_columns(conn, t.schema, d.table, former)
+    swap.restore_properties(conn, d, triggers=False)
+    swap.restore_columns(conn, t.schema, d.table, former)
     execute(conn, sql.attach_partition(t.schema, t.table, d.table, leaf.bound))
     if leaf.constraint:
         execute(conn, sql.drop_constraint(t.schema, d.table, naming.bound_check(plan.load_id)))

@@ -3,7 +3,7 @@ the loaded rows, indexed and constrained as the target is, then swapped in as a 
 
 prepare resolves the strategy (:func:`resolve`: the pure cost model is
 :func:`airflow_pg_bulk.planning.choose_strategy`; a rebuild needs a replace's privileges).
-finalize (:func:`finalize_rebuild`) works in ONE transaction, under ``lock_timeout`` and the
+finalize (:func:`make_visible`) works in ONE transaction, under ``lock_timeout`` and the
 target's advisory lock:
 
 1. ``LOCK target IN EXCLUSIVE MODE``: writers wait from here to the commit; readers go on
@@ -14,8 +14,8 @@ target's advisory lock:
    (the columns not loaded taken from the row it replaces) — staging, with its source order
    column, stays as it is;
 3. the target's indexes and constraints (FKs NOT VALID then VALIDATE), ANALYZE
-   (:func:`airflow_pg_bulk.load.finalize.build_on_staging`);
-4. the replace's swap (:func:`airflow_pg_bulk.load.finalize._swap`: triggers, grants, owner,
+   (:func:`airflow_pg_bulk.target.build.build_on_staging`);
+4. the replace's swap (:func:`airflow_pg_bulk.target.swap.swap_in`: triggers, grants, owner,
    comments, sequences, views, referencing keys), the load noted finalized, COMMIT; then the
    old table dropped in a transaction of its own.
 
@@ -35,10 +35,11 @@ from typing import Any
 from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence
 from airflow_pg_bulk.db.driver import execute, execute_count, scalar, server_version
+from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.load import finalize
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition
-from airflow_pg_bulk.target import history, upsert
+from airflow_pg_bulk.target import build, history, staging, swap, upsert
+from airflow_pg_bulk.target.history import LedgerTotals
 
 log = logging.getLogger(__name__)
 
@@ -81,18 +82,31 @@ def resolve(conn: Any, request: LoadRequest, target: TargetDefinition, load_byte
     return choice
 
 
-def finalize_rebuild(
-    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+def create_staging(conn: Any, plan: LoadPlan) -> None:
+    """prepare: an append COPYs into the table it swaps in, staging LIKE the target; an upsert
+    into staging as an upsert in place does (with its source order column)."""
+    if plan.mode == "append":
+        staging.create_like(conn, plan)
+    else:
+        upsert.create_staging(conn, plan)
+
+
+def make_visible(
+    conn: Any,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    totals: LedgerTotals,
+    sessions: Sessions | None = None,
 ) -> tuple[int, int] | None:
     """Build the new table and swap it in, in one transaction (see the module's docstring).
     Returns an upsert's (rows inserted, rows updated); None for an append."""
     t = plan.target
+    rows = totals.rows
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     conn.commit()
     merged = None
     with clock.phase("copy_over"):
-        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
-        execute(conn, sql.advisory_xact_lock(t.oid))
+        history.open_visible(conn, plan)
         execute(conn, sql.lock_for_rebuild(t.schema, t.table))
         history.refuse_overwriting_newer(conn, plan)  # an upsert's ordering rule (under lock)
         if plan.mode == "append":
@@ -102,15 +116,14 @@ def finalize_rebuild(
     # the swap's plan: the new table in staging's place; its ordering check was made above,
     # under the lock the swap keeps
     built = dataclasses.replace(plan, staging_table=new, run=None)
-    index_names, constraint_names = finalize.build_on_staging(
+    index_names, constraint_names = build.build_on_staging(
         conn, built, clock, {}, commit=lambda: None
     )
     with clock.phase("swap"):
-        finalize._swap(conn, built, index_names, constraint_names)
-        history.record_finalized(conn, plan, rows, nbytes, rejected)
-        conn.commit()
+        swap.swap_in(conn, built, index_names, constraint_names)
+        history.close_visible(conn, plan, totals)
     with clock.phase("drop_old"):
-        finalize.drop_retired(conn, plan)
+        swap.drop_retired(conn, plan)
     if merged:
         log.info(
             "Upsert of load %s into %s rebuilt: %d rows inserted, %d updated",
@@ -133,9 +146,7 @@ def _append_rows(conn: Any, plan: LoadPlan, rows: int) -> str:
     """Append: staging (LIKE the target) holds the loaded rows; add the target's to it."""
     t = plan.target
     stage = plan.staging_table
-    staged = scalar(conn, sql.count_rows(t.schema, stage))
-    if staged != rows:
-        raise finalize._staging_lost(plan, staged, rows)
+    staging.check_rows(conn, plan, rows)
     if not plan.staging_logged and t.persistence == Persistence.PERMANENT:
         execute(conn, sql.set_logged(t.schema, stage))
     columns = _copied_columns(t)
@@ -157,11 +168,9 @@ def _upsert_rows(conn: Any, plan: LoadPlan, rows: int) -> tuple[str, tuple[int, 
         raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
     stage = plan.staging_table
     if not plan.staging_logged:
-        staged = scalar(conn, sql.count_rows(t.schema, stage))
-        if staged != rows:
-            raise finalize._staging_lost(plan, staged, rows)
+        staging.check_rows(conn, plan, rows)
     if spec.on_duplicate_key != "last":
-        upsert._refuse_duplicates(conn, plan)
+        upsert.refuse_duplicates(conn, plan)
     new = naming.rebuilt_table(plan.load_id)
     execute(
         conn,

@@ -1,7 +1,7 @@
 """When a load refreshes the target's planner statistics (ANALYZE).
 
 A replace, a rebuild and a partition swap ANALYZE the new table before it becomes visible
-(``finalize.build_on_staging``): every row in it is new. An in-place append or upsert adds
+(``build.build_on_staging``): every row in it is new. An in-place append or upsert adds
 rows to a table that already has statistics; ANALYZE samples the whole table whatever the
 batch (0.46 s on 27.4 M rows, measured: as long as the in-place insert of a day's 15,000
 rows), so it runs only when the batch is a notable share of the table, the same share at

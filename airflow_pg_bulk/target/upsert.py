@@ -15,13 +15,15 @@ import logging
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import execute, scalar, server_version
+from airflow_pg_bulk.db.driver import execute, server_version
+from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.db.translate import truncate
-from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError
+from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 from airflow_pg_bulk.planning import UniqueIndex
-from airflow_pg_bulk.target import catalog, history, statistics, violations
+from airflow_pg_bulk.target import catalog, history, staging, statistics, violations
+from airflow_pg_bulk.target.history import LedgerTotals
 
 log = logging.getLogger(__name__)
 
@@ -56,34 +58,37 @@ def add_source_order(conn: Any, plan: LoadPlan) -> None:
     )
 
 
-def finalize_upsert(
-    conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int, nbytes: int, rejected: int
+def create_staging(conn: Any, plan: LoadPlan) -> None:
+    """prepare: staging with the loaded columns
+    (:func:`airflow_pg_bulk.target.staging.create_columns`) and its source order column."""
+    staging.create_columns(conn, plan)
+    if plan.upsert:
+        add_source_order(conn, plan)
+
+
+def make_visible(
+    conn: Any,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    totals: LedgerTotals,
+    sessions: Sessions | None = None,
 ) -> tuple[int, int]:
     """Merge staging into the target in one transaction, under ``lock_timeout`` and the
     target's advisory lock, noting the load finalized in the same transaction. Returns
     (rows inserted, rows updated)."""
     t = plan.target
+    rows = totals.rows
     spec = plan.upsert
     if spec is None:
         raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
     latest_wins = spec.on_duplicate_key == "last"
-    with clock.phase("upsert"):
-        execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
-        execute(conn, sql.advisory_xact_lock(t.oid))
+    with clock.phase("upsert"), history.visible(conn, plan, totals):
         # the ordering rule, serialised with the other loads of the target by that lock
         history.refuse_overwriting_newer(conn, plan)
         if not plan.staging_logged:
-            staged = scalar(conn, sql.count_rows(t.schema, plan.staging_table))
-            if staged != rows:
-                conn.rollback()
-                raise IncompleteLoadError(
-                    f"load {plan.load_id}: the unlogged staging table {plan.staging_table} "
-                    f"holds {staged} rows but the ledger records {rows}: a server crash emptied "
-                    f"it after some partitions had committed. Nothing reached {t.qualified}; "
-                    "run the whole load again (clear its prepare task)"
-                )
+            staging.check_rows(conn, plan, rows)
         if not latest_wins:
-            _refuse_duplicates(conn, plan)
+            refuse_duplicates(conn, plan)
         # a partitioned target: partition by partition (RETURNING cannot read xmax through
         # the parent), each partition the rows go to taking the staged rows its partition
         # constraint admits; the others are not read
@@ -113,8 +118,6 @@ def finalize_upsert(
                 ),
             )[0]
             inserted, updated = inserted + added, updated + changed
-        history.record_finalized(conn, plan, rows, nbytes, rejected)
-        conn.commit()
     log.info(
         "Upsert of load %s into %s on key (%s): %d rows inserted, %d updated, %d loaded rows "
         "superseded by a later row with the same key",
@@ -142,7 +145,9 @@ def _drawn(conn: Any, plan: LoadPlan, partition: str) -> list[tuple[str, str, st
     ]
 
 
-def _refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
+def refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
+    """``on_duplicate_key="fail"``: refuse a key loaded more than once (the transaction
+    rolled back), naming it and, read again from the source, where it is loaded twice."""
     t = plan.target
     spec = plan.upsert
     assert spec is not None

@@ -1,0 +1,238 @@
+"""Dropping what loads leave: cleanup (this load's tables; never the target) and, at the end of
+prepare, what other loads into the same target left behind (:func:`drop_abandoned`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from airflow_pg_bulk import naming, sql
+from airflow_pg_bulk.db.driver import (
+    execute,
+    is_database_error,
+    rollback_quietly,
+    scalar,
+    server_error,
+)
+from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.load.ledger import comment_record
+from airflow_pg_bulk.plan import LoadPlan, Settings
+
+log = logging.getLogger(__name__)
+
+CLEANUP_ATTEMPTS = 3  # cleanup's tries at a drop that meets lock_timeout
+CLEANUP_BACKOFF = 1.0  # seconds before the second try, doubled before each next one
+
+
+def cleanup(
+    conn: Any,
+    schema: str,
+    load_id: str,
+    *,
+    lock_timeout: str = Settings.lock_timeout,
+    attempts: int = CLEANUP_ATTEMPTS,
+    backoff: float = CLEANUP_BACKOFF,
+) -> list[str]:
+    """Drop every table this load created (staging, ledger); never the target. Idempotent.
+    The ledger goes last (see :func:`drop_abandoned`).
+
+    The tables are dropped in one transaction under ``lock_timeout``; when that meets it, each
+    in its own transaction; a drop that meets it
+    (another session still holds a lock on the table: a killed task's backend that has not
+    ended yet, a report reading staging) is tried again after ``backoff`` seconds, doubled
+    each time, ``attempts`` times in all. Then :class:`TransientLoadError` names the tables
+    left. So cleanup waits at most about ``attempts * lock_timeout`` per table plus the
+    pauses. Returns the names dropped."""
+    dropped: list[str] = []
+    for attempt in range(1, attempts + 1):
+        try:
+            left = _drop_each(conn, schema, load_id, lock_timeout, dropped)
+        except BaseException:
+            rollback_quietly(conn)
+            raise
+        if not left:
+            break
+        if attempt == attempts:
+            raise TransientLoadError(
+                f"cleanup of load {load_id}: could not drop {', '.join(left)} in schema "
+                f"{schema}: another session held a lock on it past lock_timeout "
+                f"({lock_timeout}) {attempts} times. Retry the cleanup task, or drop them by "
+                "hand once that session has ended (see pg_locks)",
+                sqlstate="55P03",
+            )
+        pause = backoff * 2 ** (attempt - 1)
+        log.warning(
+            "Cleanup of load %s: %s locked by another session; trying again in %.1f s",
+            load_id,
+            ", ".join(left),
+            pause,
+        )
+        time.sleep(pause)
+    if dropped:
+        log.info("Cleanup of load %s dropped %s", load_id, ", ".join(dropped))
+    return dropped
+
+
+def _drop_each(
+    conn: Any, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
+) -> list[str]:
+    """Drop the run's tables, appending to ``dropped``; return those a lock timeout left.
+    All in one transaction (one commit whatever their number); when that meets
+    ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
+    left = []
+    ledger = naming.ledger_table(load_id)
+    names = [
+        row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
+    ]
+    conn.commit()
+    if not names:
+        return left
+    try:
+        execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
+        execute(conn, sql.drop_tables(schema, names))
+        conn.commit()
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+            raise
+        rollback_quietly(conn)
+    else:
+        dropped.extend(names)
+        return left
+    # one at a time: the ledger last; as long as any of the load's tables is left, its
+    # ledger says whose they are, for the next load into the target (see drop_abandoned)
+    names.sort(key=lambda name: name == ledger)
+    for name in names:
+        try:
+            execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
+            execute(conn, sql.drop_table(schema, name, if_exists=True))
+            conn.commit()
+        except Exception as exc:
+            if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+                raise
+            rollback_quietly(conn)
+            left.append(name)
+            continue
+        dropped.append(name)
+    return left
+
+
+def drop_run_tables(conn: Any, schema: str, load_id: str) -> list[str]:
+    """Drop every table of the load ``load_id`` (in the caller's transaction); their names."""
+    names = [
+        row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
+    ]
+    for name in names:
+        execute(conn, sql.drop_table(schema, name, if_exists=True))
+    return names
+
+
+def interval_seconds(conn: Any, name: str, interval: str) -> float:
+    """A PostgreSQL interval option in seconds; refused when it is not an interval."""
+    try:
+        seconds = float(scalar(conn, sql.interval_seconds(interval)))
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        raise LoadRefusedError(
+            f"{name}={interval!r} is not a PostgreSQL interval (e.g. '1d', '12h', '30 min'): "
+            f"{server_error(exc).message}"
+        ) from None
+    if seconds < 0:
+        raise LoadRefusedError(f"{name}={interval!r} is negative")
+    return seconds
+
+
+LEFTOVER_LOCK_TIMEOUT = "100ms"  # a leftover locked that long is in use: left alone
+
+
+def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
+    """Drop the tables other loads into the same target left behind (a crashed load's staging,
+    a finalized load whose cleanup failed), never those of a load that may still be running.
+    Returns the names dropped. Runs at the end of prepare, in transactions of its own.
+
+    Another load's tables (found by its ledger, which names the target: cleanup drops the
+    ledger last) are dropped when **none** of its sessions is connected
+    (``application_name`` ``pgbulk:<its load id>:…``), **no** session holds a lock on its
+    ledger (a COPY holds one until it commits; waited for :data:`LEFTOVER_LOCK_TIMEOUT`), and
+    it is **finalized** (its rows are in, what is left is what its cleanup did not drop) or
+    has shown **no sign of life for** ``abandoned_after`` (neither its prepare nor any COPY
+    committed since). Its ledger is locked first and everything is dropped in one transaction,
+    so a step of that load starting meanwhile waits and then finds no ledger: it fails saying
+    so (the target untouched), it never loads into half-dropped tables. A load whose tables
+    cannot be dropped (locked, another role's) is skipped with a warning."""
+    t = plan.target
+    dropped: list[str] = []
+    try:
+        ledgers = execute(conn, sql.load_ledgers(t.schema, naming.LEDGER_PATTERN))
+        conn.commit()
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        log.warning("Load %s: could not look for abandoned loads: %s", plan.load_id, exc)
+        return dropped
+    max_age = None
+    for ledger, comment in ledgers:
+        other = naming.load_of_ledger(ledger)
+        record = comment_record(comment)
+        if other in (None, plan.load_id) or record is None or record.get("target") != t.qualified:
+            continue
+        try:
+            if max_age is None:
+                max_age = interval_seconds(conn, "abandoned_after", plan.settings.abandoned_after)
+            # first without a lock (a live load is not touched at all), then again under it
+            execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+            why = _abandoned(conn, t.schema, ledger, other, record, max_age)
+            conn.rollback()
+            if why is None:
+                continue
+            execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+            execute(conn, sql.lock_tables([(t.schema, ledger)], "ACCESS EXCLUSIVE"))
+            why = _abandoned(conn, t.schema, ledger, other, record, max_age)
+            if why is None:
+                conn.rollback()
+                continue
+            names = drop_run_tables(conn, t.schema, other)
+            conn.commit()
+        except Exception as exc:
+            rollback_quietly(conn)
+            if not is_database_error(exc):
+                raise
+            locked = server_error(exc).sqlstate == "55P03"  # in use: a COPY of it, a reader
+            log.log(
+                logging.INFO if locked else logging.WARNING,
+                "Load %s: left the tables of load %s into %s: %s",
+                plan.load_id,
+                other,
+                t.qualified,
+                server_error(exc).message,
+            )
+            continue
+        dropped.extend(names)
+        log.warning(
+            "Load %s: dropped the tables load %s into %s left behind (%s; its cleanup did not "
+            "run or failed): %s",
+            plan.load_id,
+            other,
+            t.qualified,
+            why,
+            ", ".join(names),
+        )
+    return dropped
+
+
+def _abandoned(
+    conn: Any, schema: str, ledger: str, load_id: str, record: dict[str, Any], max_age: float
+) -> str | None:
+    """Why the load whose ledger this is may be dropped (finalized, or no sign of life for
+    ``max_age`` seconds, and none of its sessions connected); None: it may be running."""
+    if scalar(conn, sql.load_sessions(naming.application_name(load_id, ""))):
+        return None
+    finalized, copied, now = execute(conn, sql.ledger_activity(schema, ledger))[0]
+    if finalized:
+        return "finalized"
+    quiet = now - max(float(record.get("prepared_at") or 0), float(copied or 0))
+    return f"no sign of life for {quiet:.0f} s" if quiet > max_age else None

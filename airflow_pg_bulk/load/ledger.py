@@ -1,0 +1,232 @@
+"""The load's ledger: one row per COPY partition committed (its rows, bytes, seconds and
+rejects), committed with the partition's rows; its comment holds the plan's digest, the target
+and prepare's time. Also the load's pieces table (the pieces of each partition, for steps that
+get the plan without them).
+
+Every step checks the ledger was made for its plan (:func:`check_ledger_plan`); a COPY claims
+its partition (:func:`claim`) and records it (:func:`record`); finalize adds the partitions up
+(:func:`totals`). See docs/design.md, "copy".
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from airflow_pg_bulk import naming, planning, sql
+from airflow_pg_bulk.db.driver import execute, rollback_quietly, scalar
+from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
+from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
+from airflow_pg_bulk.target import partitioned
+from airflow_pg_bulk.target.history import LedgerTotals
+
+
+def create(conn: Any, plan: LoadPlan, digest: str) -> None:
+    """The ledger table, its comment the plan's digest, the target and prepare's time (the
+    server's clock): in prepare's transaction."""
+    schema = plan.target.schema
+    execute(conn, sql.create_ledger(schema, plan.ledger_table))
+    comment = ledger_comment(digest, plan.target.qualified, scalar(conn, sql.now_epoch()))
+    ledger = sql.qualified(schema, plan.ledger_table)
+    execute(conn, sql.comment_on("TABLE", ledger, comment))
+
+
+def ledger_comment(digest: str, target: str, prepared_at: float) -> str:
+    """The ledger's comment: the plan's digest on its first line (what a step checks its plan
+    against), then what the next loads read to tell a live load from an abandoned one: the
+    target and prepare's time (the server's clock, epoch seconds)."""
+    return digest + "\n" + json.dumps({"target": target, "prepared_at": prepared_at})
+
+
+def comment_record(comment: str | None) -> dict[str, Any] | None:
+    """What :func:`ledger_comment` wrote after the digest; None for a ledger without it."""
+    _digest, _, record = (comment or "").partition("\n")
+    try:
+        found = json.loads(record)
+    except ValueError:
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
+    """An earlier attempt made staging and a ledger for this very plan, not finalized: keep
+    them, and the partitions committed in them."""
+    schema = plan.target.schema
+    if scalar(conn, sql.ledger_digest(schema, plan.ledger_table)) != digest:
+        return False
+    if not scalar(conn, sql.relation_exists(schema, plan.staging_table)):
+        return False
+    ledger = execute(conn, sql.ledger_rows(schema, plan.ledger_table))
+    return all(row[0] != sql.FINALIZED for row in ledger)
+
+
+def store_pieces(conn: Any, plan: LoadPlan, digest: str) -> None:
+    """Write each partition's pieces into the load's pieces table, its comment the plan's
+    digest (as the ledger's); kept as it is when prepare runs again for the same plan."""
+    schema = plan.target.schema
+    name = naming.pieces_table(plan.load_id)
+    if scalar(conn, sql.ledger_digest(schema, name)) == digest:
+        return
+    if scalar(conn, sql.relation_exists(schema, name)):  # (no DDL when there is none)
+        execute(conn, sql.drop_table(schema, name))
+    execute(conn, sql.create_pieces(schema, name))
+    execute(conn, sql.comment_on("TABLE", sql.qualified(schema, name), digest))
+    rows = [  # ensure_ascii (json's default): any database encoding stores the text as is
+        (p.index, json.dumps([x.to_dict() for x in p.pieces], ensure_ascii=True))
+        for p in plan.partitions
+    ]
+    if rows:
+        execute(conn, sql.insert_pieces(schema, name, rows))
+
+
+def read_pieces(conn: Any, plan: LoadPlan, partitions: Sequence[int]) -> list[Partition]:
+    """The partitions of ``plan`` with these numbers, with the pieces prepare stored for them
+    (``store_pieces``): what a COPY task holding only the plan without pieces (a few KB,
+    from XCom) copies. Refused when the pieces were stored for another plan (prepare ran
+    again for changed files) or are gone (cleanup ran)."""
+    t = plan.target
+    name = naming.pieces_table(plan.load_id)
+    digest = plan.digest or planning.plan_digest(plan)
+    try:
+        found = scalar(conn, sql.ledger_digest(t.schema, name))
+        rows = execute(conn, sql.select_pieces(t.schema, name, partitions)) if found else []
+        conn.commit()
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    if found is None:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified} has no pieces table ({name}): its "
+            "cleanup ran, or its prepare did not. Run the load again from prepare"
+        )
+    if found != digest:
+        raise LoadRefusedError(
+            f"the pieces of load {plan.load_id} were stored for another plan: prepare ran "
+            "again after this task read its plan (did the source files change?). Nothing was "
+            "loaded by this task; clear it (or the whole load) to run with the new plan"
+        )
+    stored = {index: text for index, text in rows}
+    missing = sorted(set(partitions) - stored.keys())
+    if missing:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified}: no pieces stored for partitions {missing}"
+        )
+    sizes = {p.index: p.bytes for p in plan.partitions}
+    return [
+        Partition(index, tuple(Piece.from_dict(p) for p in json.loads(stored[index])), sizes[index])
+        for index in partitions
+    ]
+
+
+def claim(conn: Any, plan: LoadPlan, index: int) -> bool:
+    """Insert the partition's ledger row in the COPY's transaction (a concurrent duplicate
+    attempt waits on it); False when the partition was committed before."""
+    return bool(execute(conn, sql.claim_partition(plan.target.schema, plan.ledger_table, index)))
+
+
+def committed(conn: Any, plan: LoadPlan, index: int) -> tuple[int, int, float, int]:
+    """A committed partition's rows, bytes, seconds and rejects."""
+    rows, nbytes, seconds, rejected = execute(
+        conn, sql.partition_figures(plan.target.schema, plan.ledger_table, index)
+    )[0]
+    return rows, nbytes, seconds, rejected
+
+
+def record(
+    conn: Any, plan: LoadPlan, index: int, rows: int, nbytes: int, seconds: float, rejected: int
+) -> None:
+    """Note the partition's figures in its ledger row, in the transaction of its rows."""
+    execute(
+        conn,
+        sql.record_partition(
+            plan.target.schema, plan.ledger_table, index, rows, nbytes, seconds, rejected
+        ),
+    )
+
+
+def check_ledger_plan(conn: Any, plan: LoadPlan) -> None:
+    """Refuse to work with a ledger made for another plan, or with none.
+
+    Prepare run again (a retry, a cleared task) for changed files makes a new ledger for its
+    new plan; a COPY or finalize still holding the old plan must not mix the two."""
+    t = plan.target
+    found = scalar(conn, sql.ledger_digest(t.schema, plan.ledger_table))
+    if found == (plan.digest or planning.plan_digest(plan)):
+        return
+    if found is None:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified} has no ledger ({plan.ledger_table}): "
+            "its cleanup ran, or its prepare did not. Run the load again from prepare"
+        )
+    raise LoadRefusedError(
+        f"the ledger of load {plan.load_id} was made for another plan: prepare ran again "
+        "after this task read its plan (did the source files change?). Nothing was loaded "
+        "by this task; clear it (or the whole load) to run with the new plan"
+    )
+
+
+def missing_partitions(conn: Any, plan: LoadPlan) -> list[int]:
+    """The partitions not committed in the ledger (none once the load is finalized)."""
+    check_ledger_plan(conn, plan)
+    done = {row[0] for row in execute(conn, sql.ledger_rows(plan.target.schema, plan.ledger_table))}
+    conn.commit()
+    if sql.FINALIZED in done:
+        return []
+    return sorted(p.index for p in plan.partitions if p.index not in done)
+
+
+def totals(conn: Any, plan: LoadPlan) -> LedgerTotals:
+    """Rows, bytes and rejects of the committed partitions, and whether the load was made
+    visible before (a retry after a commit whose acknowledgement was lost)."""
+    t = plan.target
+    check_ledger_plan(conn, plan)
+    ledger = execute(conn, sql.ledger_rows(t.schema, plan.ledger_table))
+    for row in ledger:
+        if row[0] == sql.FINALIZED:
+            conn.commit()
+            return LedgerTotals(row[1], row[2], row[4], finalized=True)
+    done = {row[0] for row in ledger}
+    missing = sorted(p.index for p in plan.partitions if p.index not in done)
+    if missing:
+        raise IncompleteLoadError(
+            f"load {plan.load_id} into {t.qualified}: partitions {missing} are not in the ledger "
+            "(their COPY tasks did not commit); run them before finalize"
+        )
+    rows = sum(row[1] for row in ledger)
+    nbytes = sum(row[2] for row in ledger)
+    rejected = sum(row[4] for row in ledger)
+    if rejected > plan.errors.max_rejects:
+        raise BadDataError(
+            f"{rejected} rows of the source were rejected, more than max_rejects="
+            f"{plan.errors.max_rejects}; nothing of this load reached {t.qualified}. "
+            f"See {'.'.join(plan.reject_table or ())} for load {plan.load_id}"
+        )
+    # (a partitioned staging: finalize_partitioned counts each staging partition by its name,
+    # also one a failed attempt detached to build on it, which the parent no longer holds)
+    if not plan.staging_logged and rows and not partitioned.partitioned_staging(plan):
+        size = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
+        if not size:
+            raise IncompleteLoadError(
+                f"load {plan.load_id}: the unlogged staging table {plan.staging_table} is empty "
+                f"although the ledger records {rows} rows: a server crash emptied it. "
+                "Nothing reached the target; run the load again"
+            )
+    conn.commit()
+    return LedgerTotals(rows, nbytes, rejected)
+
+
+def copy_span(conn: Any, plan: LoadPlan) -> tuple[float, float] | None:
+    """The first COPY's start and the last COPY's end, from the ledger, on this process's
+    clock (``time.time()``): the server's clock is read with them and the offset taken off.
+    ``None`` when no partition is in the ledger."""
+    before = time.time()
+    rows = execute(conn, sql.copy_span(plan.target.schema, plan.ledger_table))
+    after = time.time()
+    conn.commit()
+    first, last, server_now = rows[0]
+    if first is None or last is None:
+        return None
+    offset = float(server_now) - (before + after) / 2
+    return float(first) - offset, float(last) - offset

@@ -1,0 +1,151 @@
+"""The prepare step: validate the target, the source and the columns; plan the load; create
+staging (the way :func:`airflow_pg_bulk.target.strategies.for_plan` chooses) and the ledger.
+prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from airflow_pg_bulk import naming, parquet, planning, sources, sql
+from airflow_pg_bulk.db.driver import execute, rollback_quietly
+from airflow_pg_bulk.load import cleanup, ledger
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, RunOrder, TargetDefinition
+from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
+
+log = logging.getLogger(__name__)
+
+
+def prepare(
+    conn: Any,
+    request: LoadRequest,
+    load_id: str,
+    *,
+    logical_date: str | None = None,
+    run: RunOrder | None = None,
+    store_pieces: bool = False,
+) -> LoadPlan:
+    """Validate the target, the source and the columns; create staging and the ledger.
+
+    Re-runnable: when an earlier attempt for the same ``load_id`` made a ledger for the same
+    plan (same files, cut and target) and the load is not finalized, staging and the ledger
+    are kept, with every partition committed in them; otherwise that attempt's tables are
+    dropped and made anew. An append this ``load_id`` finalized before is refused with
+    :class:`AlreadyLoadedError` (its rows would be added twice). Nothing is changed on the
+    target. Returns the plan for the other steps.
+
+    :param logical_date: the DAG run's logical date (ISO 8601), recorded with the load.
+    :param run: the DAG run and its data interval (under Airflow): a replace, replace_partitions
+        or upsert refuses to replace rows a later run of the same DAG task loaded (a replace or
+        upsert here already, before anything is made; see :mod:`airflow_pg_bulk.target.history`).
+    :param store_pieces: also write each partition's pieces into the load's pieces table
+        (:func:`airflow_pg_bulk.load.ledger.read_pieces`), in the transaction that makes the
+        ledger: for steps that run in other processes and get only the plan without pieces
+        (Airflow's COPY and finalize tasks). The in-process runner keeps the whole plan in
+        memory and needs none."""
+    naming.check_load_id(load_id)
+    schema, table = catalog.split_name(request.table)
+    resumed = False
+    try:
+        target = catalog.capture(conn, schema, table)
+        catalog.refuse_unsupported(target, request.mode)
+        catalog.refuse_without_privileges(conn, target, request.mode)
+        history.refuse_without_access(conn, schema)
+        cleanup.interval_seconds(conn, "abandoned_after", request.settings.abandoned_after)
+        if request.mode == "append":
+            history.refuse_appending_twice(conn, schema, load_id, target.qualified)
+        conn.rollback()
+        if request.copy.format == "parquet":
+            parquet.refuse_unsupported(request)
+        files = sources.resolve(request.source, request.source_conn_id)
+        columns, header_lengths, layout = _columns(request, target, files)
+        key = None
+        if request.mode == "upsert":
+            indexes = upsert.unique_indexes(conn, target)
+            conn.rollback()
+            key = planning.upsert_spec(request, target, columns, indexes)
+        total = sum(f.size for f in files)
+        strategy = rebuild.resolve(conn, request, target, total)
+        conn.rollback()
+        partitions = _cut(request, files, total, header_lengths, layout)
+        plan = planning.build_plan(
+            request,
+            target,
+            load_id,
+            columns=columns,
+            partitions=partitions,
+            source_bytes=total,
+            logical_date=logical_date,
+            upsert=key,
+            file_order=[f.path for f in files],
+            strategy=strategy,
+            run=run,
+        )
+        if plan.mode in ("replace", "upsert"):  # the whole target: refused before any work
+            history.refuse_overwriting_newer(conn, plan)
+        digest = plan.digest
+        # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout
+        execute(conn, sql.set_config("lock_timeout", request.settings.lock_timeout, local=True))
+        resumed = ledger.can_resume(conn, plan, digest)
+        if not resumed:
+            cleanup.drop_run_tables(conn, schema, load_id)
+            strategies.for_plan(plan).create_staging(conn, plan)
+            ledger.create(conn, plan, digest)
+        if store_pieces:
+            ledger.store_pieces(conn, plan, digest)
+        if plan.reject_table:
+            catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
+        history.ensure(conn, plan.history_table)
+        conn.commit()
+    except BaseException:
+        rollback_quietly(conn)
+        raise
+    cleanup.drop_abandoned(conn, plan)
+    log.info(
+        "Prepared load %s into %s (%s%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
+        load_id,
+        target.qualified,
+        request.mode,
+        ", rebuild" if plan.rebuilds else "",
+        len(files),
+        total / 1e6,
+        len(partitions),
+        plan.staging_table,
+        "logged" if plan.staging_logged else "unlogged",
+        "; kept from an earlier attempt, with its committed partitions" if resumed else "",
+    )
+    return plan
+
+
+def _columns(
+    request: LoadRequest, target: TargetDefinition, files: list[sources.SourceFile]
+) -> tuple[tuple[str, ...], dict[str, int], list[parquet.ParquetSource] | None]:
+    """The columns loaded, the header's length per file, and a Parquet source's layout (None
+    for csv/text)."""
+    header_columns: list[str] = []
+    header_lengths: dict[str, int] = {}
+    if request.copy.format == "parquet":  # columns matched by name, as a header's are
+        layout = parquet.inspect(files)
+        columns = tuple(parquet.match_columns(layout, planning.loadable_columns(target)))
+        return columns, header_lengths, layout
+    if request.copy.header:
+        header_columns, header_lengths = sources.map_header(
+            files, request.copy, planning.loadable_columns(target)
+        )
+    return planning.plan_columns(request, target, header_columns), header_lengths, None
+
+
+def _cut(
+    request: LoadRequest,
+    files: list[sources.SourceFile],
+    total: int,
+    header_lengths: dict[str, int],
+    layout: list[parquet.ParquetSource] | None,
+) -> list[Partition]:
+    """The source cut into the load's COPY partitions."""
+    if layout is not None:
+        return parquet.plan_partitions(layout, request.partition_count(total))
+    return sources.plan_partitions(
+        files, request.copy, request.partition_count(total), header_lengths
+    )

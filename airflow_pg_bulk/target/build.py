@@ -1,0 +1,129 @@
+"""What a table swapped in needs before the swap: the target's indexes and constraints built on
+it, then ANALYZE (each step committed, so that a retried finalize goes on where the last one
+stopped; a rebuild keeps them in its one transaction).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from airflow_pg_bulk import naming, sql
+from airflow_pg_bulk.codes import ConstraintKind
+from airflow_pg_bulk.db.driver import execute
+from airflow_pg_bulk.db.session import Sessions
+from airflow_pg_bulk.figures import PhaseClock
+from airflow_pg_bulk.plan import ConstraintDef, LoadPlan
+from airflow_pg_bulk.target import parallel_builds
+from airflow_pg_bulk.target.staging import Existing
+
+log = logging.getLogger(__name__)
+
+
+def build_on_staging(
+    conn: Any,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    built: Existing,
+    commit: Callable[[], None] | None = None,
+    sessions: Sessions | None = None,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
+    skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
+
+    ``commit`` runs after each step (default: the connection's commit, so that a retried
+    replace goes on where the last one stopped); a rebuild passes a no-op and keeps it all
+    in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)
+
+    Each build gets ``max_parallel_maintenance_workers`` by
+    :func:`parallel_builds.size_builds`; with ``sessions`` and more than one index to build,
+    several are built at once on sessions of their own (:func:`parallel_builds.run_at_once`),
+    each committed there."""
+    t = plan.target
+    stage = plan.staging_table
+    commit = commit or conn.commit
+    index_names, constraint_names = naming.temp_names(plan)
+    with clock.phase("indexes"):
+        builds = []
+        for index in t.indexes:
+            name = index_names[index.name]
+            done_as_key = (
+                index.constraint and ("constraint", constraint_names[index.constraint]) in built
+            )
+            if built.get(("index", name)) or done_as_key:
+                continue
+            if ("index", name) in built:  # an invalid leftover of an interrupted build
+                execute(conn, sql.drop_index(t.schema, name))
+            builds.append(
+                sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
+            )
+        sizing = parallel_builds.server_sizing(conn, len(builds), plan.settings.index_workers)
+        workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
+        execute(conn, workers)
+        commit()
+        if builds:
+            log.info(
+                "Load %s: building %d indexes on %s, %d at once, %d parallel workers each",
+                plan.load_id,
+                len(builds),
+                stage,
+                min(sizing.builds, len(builds)) if sessions else 1,
+                sizing.workers,
+            )
+        if sessions is not None and sizing.builds > 1 and len(builds) > 1:
+            setup = [
+                sql.set_config("lock_timeout", plan.settings.lock_timeout),
+                sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem),
+                workers,
+            ]
+            parallel_builds.run_at_once(sessions, builds, sizing.builds, setup)
+        else:
+            for statement in builds:
+                execute(conn, statement)
+                commit()
+    with clock.phase("constraints"):
+        for con in t.constraints:
+            _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built, commit)
+    if plan.settings.analyze:
+        with clock.phase("analyze"):
+            execute(conn, sql.analyze(t.schema, stage))
+            commit()
+    return index_names, constraint_names
+
+
+def _add_constraint(
+    conn: Any,
+    plan: LoadPlan,
+    con: ConstraintDef,
+    name: str,
+    index_names: dict[str, str],
+    built: Existing,
+    commit: Callable[[], None],
+) -> None:
+    t = plan.target
+    stage = plan.staging_table
+    exists = ("constraint", name) in built
+    if con.kind in (ConstraintKind.PRIMARY_KEY, ConstraintKind.UNIQUE):
+        if not exists:
+            execute(
+                conn,
+                sql.add_key_using_index(
+                    t.schema,
+                    stage,
+                    name,
+                    kind=con.kind,
+                    index=index_names[con.index or ""],
+                    deferrable=con.deferrable,
+                    deferred=con.deferred,
+                ),
+            )
+    elif con.kind in (ConstraintKind.CHECK, ConstraintKind.FOREIGN_KEY):
+        if not exists:
+            execute(conn, sql.add_constraint(t.schema, stage, name, con.definition, not_valid=True))
+            commit()
+        if con.validated and not built.get(("constraint", name)):
+            execute(conn, sql.validate_constraint(t.schema, stage, name))
+    elif not exists:
+        execute(conn, sql.add_constraint(t.schema, stage, name, con.definition))
+    commit()
