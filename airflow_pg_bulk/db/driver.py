@@ -52,11 +52,6 @@ def is_psycopg2(conn: Any) -> bool:
     return type(conn).__module__.split(".")[0] == "psycopg2"
 
 
-def driver_name(conn: Any) -> str:
-    """``"psycopg2"`` or ``"psycopg"``."""
-    return "psycopg2" if is_psycopg2(conn) else "psycopg"
-
-
 def _to_psycopg2(obj: pg3sql.Composable) -> Any:
     from psycopg2 import sql as pg2sql
 

@@ -11,6 +11,7 @@ from psycopg.sql import Composable
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
     close_cancelling,
     execute,
     rollback_quietly,
@@ -22,7 +23,7 @@ from airflow_pg_bulk.errors import TransientLoadError
 CLIENT_CHECK_INTERVAL = "10s"  # a backend whose client died stops its statement within this
 
 
-def start_session(conn: Any, application_name: str) -> None:
+def start_session(conn: DatabaseConnection, application_name: str) -> None:
     """Prepare a step's new session: name it (see :func:`airflow_pg_bulk.naming.application_name`:
     a DBA sees the load, DAG, task and map index in ``pg_stat_activity``) and, on PostgreSQL 14+,
     set ``client_connection_check_interval`` so that a statement whose client was killed
@@ -78,7 +79,7 @@ class Sessions:
             raise
         return conn
 
-    def close(self, conn: Any) -> None:
+    def close(self, conn: DatabaseConnection) -> None:
         """Close one session, cancelling first a statement still running."""
         with self._lock:
             if conn in self._open:

@@ -11,10 +11,9 @@ were wrong. Finalize, before anything is visible, calls :func:`airflow_pg_bulk.l
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from airflow_pg_bulk import ranges, records, sources, sql
-from airflow_pg_bulk.db.driver import execute, rollback_quietly
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
 
@@ -54,7 +53,7 @@ def aligned(piece: Piece, opts: CopyOptions) -> bool:
 
 
 def record_misaligned(
-    conn: Any, plan: LoadPlan, index: int, exc: Misaligned, seconds: float
+    conn: DatabaseConnection, plan: LoadPlan, index: int, exc: Misaligned, seconds: float
 ) -> PartitionResult:
     """Commit the partition with no rows, marked for finalize to load from exact bounds."""
     try:

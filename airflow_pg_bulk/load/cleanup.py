@@ -10,6 +10,7 @@ from typing import Any
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
     execute,
     is_database_error,
     rollback_quietly,
@@ -27,7 +28,7 @@ CLEANUP_BACKOFF = 1.0  # seconds before the second try, doubled before each next
 
 
 def cleanup(
-    conn: Any,
+    conn: DatabaseConnection,
     schema: str,
     load_id: str,
     *,
@@ -76,7 +77,7 @@ def cleanup(
 
 
 def _drop_each(
-    conn: Any, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
+    conn: DatabaseConnection, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
 ) -> list[str]:
     """Drop the run's tables, appending to ``dropped``; return those a lock timeout left.
     All in one transaction (one commit whatever their number); when that meets
@@ -118,7 +119,7 @@ def _drop_each(
     return left
 
 
-def drop_run_tables(conn: Any, schema: str, load_id: str) -> list[str]:
+def drop_run_tables(conn: DatabaseConnection, schema: str, load_id: str) -> list[str]:
     """Drop every table of the load ``load_id`` (in the caller's transaction); their names."""
     names = [
         row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
@@ -128,7 +129,7 @@ def drop_run_tables(conn: Any, schema: str, load_id: str) -> list[str]:
     return names
 
 
-def interval_seconds(conn: Any, name: str, interval: str) -> float:
+def interval_seconds(conn: DatabaseConnection, name: str, interval: str) -> float:
     """A PostgreSQL interval option in seconds; refused when it is not an interval."""
     try:
         seconds = float(scalar(conn, sql.interval_seconds(interval)))
@@ -148,7 +149,7 @@ def interval_seconds(conn: Any, name: str, interval: str) -> float:
 LEFTOVER_LOCK_TIMEOUT = "100ms"  # a leftover locked that long is in use: left alone
 
 
-def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
+def drop_abandoned(conn: DatabaseConnection, plan: LoadPlan) -> list[str]:
     """Drop the tables other loads into the same target left behind (a crashed load's staging,
     a finalized load whose cleanup failed), never those of a load that may still be running.
     Returns the names dropped. Runs at the end of prepare, in transactions of its own.
@@ -225,7 +226,12 @@ def drop_abandoned(conn: Any, plan: LoadPlan) -> list[str]:
 
 
 def _abandoned(
-    conn: Any, schema: str, ledger: str, load_id: str, record: dict[str, Any], max_age: float
+    conn: DatabaseConnection,
+    schema: str,
+    ledger: str,
+    load_id: str,
+    record: dict[str, Any],
+    max_age: float,
 ) -> str | None:
     """Why the load whose ledger this is may be dropped (finalized, or no sign of life for
     ``max_age`` seconds, and none of its sessions connected); None: it may be running."""

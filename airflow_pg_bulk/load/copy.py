@@ -14,11 +14,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
 
 from airflow_pg_bulk import parquet, records, sql
 from airflow_pg_bulk.db import translate
-from airflow_pg_bulk.db.driver import copy_in, execute, rollback_quietly, server_version
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    copy_in,
+    execute,
+    rollback_quietly,
+    server_version,
+)
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.load import accounting, alignment, ledger, rejects
@@ -57,7 +62,11 @@ class PartitionCopy:
     another (:meth:`copy`), adding up rows, bytes and rejects; :meth:`close` when done."""
 
     def __init__(
-        self, conn: Any, plan: LoadPlan, part: Partition, progress: ProgressCallback | None
+        self,
+        conn: DatabaseConnection,
+        plan: LoadPlan,
+        part: Partition,
+        progress: ProgressCallback | None,
     ) -> None:
         self.conn = conn
         self.plan = plan
@@ -140,7 +149,7 @@ class PartitionCopy:
 
 
 def copy_partition(
-    conn: Any, plan: LoadPlan, index: int, progress: ProgressCallback | None = None
+    conn: DatabaseConnection, plan: LoadPlan, index: int, progress: ProgressCallback | None = None
 ) -> PartitionResult:
     """Load one partition into staging, exactly once.
 

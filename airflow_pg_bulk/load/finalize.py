@@ -12,11 +12,10 @@ nothing. See docs/design.md, "finalize".
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db import translate
-from airflow_pg_bulk.db.driver import execute, rollback_quietly, server_error
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, server_error
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import ConstraintViolationError
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
@@ -29,7 +28,9 @@ from airflow_pg_bulk.target.strategies import Merged
 log = logging.getLogger(__name__)
 
 
-def finalize(conn: Any, plan: LoadPlan, sessions: Sessions | None = None) -> LoadSummary:
+def finalize(
+    conn: DatabaseConnection, plan: LoadPlan, sessions: Sessions | None = None
+) -> LoadSummary:
     """Check every partition is in the ledger, then make the staged rows the target's, the
     way :func:`airflow_pg_bulk.target.strategies.for_plan` chooses (replace: build on staging
     and swap it in; append: insert in place; upsert: merge in place; a rebuild; a partitioned
@@ -100,7 +101,7 @@ def finalize(conn: Any, plan: LoadPlan, sessions: Sessions | None = None) -> Loa
     return summary
 
 
-def _release_load_lock(conn: Any, plan: LoadPlan) -> None:
+def _release_load_lock(conn: DatabaseConnection, plan: LoadPlan) -> None:
     try:
         execute(conn, sql.load_lock(plan.load_id, release=True))
         conn.commit()
@@ -109,7 +110,7 @@ def _release_load_lock(conn: Any, plan: LoadPlan) -> None:
 
 
 def complete_and_finalize(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     progress: ProgressCallback | None = None,
     sessions: Sessions | None = None,

@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_pg_bulk import naming, planning, sql
-from airflow_pg_bulk.db.driver import execute, rollback_quietly, scalar
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
 from airflow_pg_bulk.target import partitioned
 from airflow_pg_bulk.target.history import LedgerTotals
 
 
-def create(conn: Any, plan: LoadPlan, digest: str) -> None:
+def create(conn: DatabaseConnection, plan: LoadPlan, digest: str) -> None:
     """The ledger table, its comment the plan's digest, the target and prepare's time (the
     server's clock): in prepare's transaction."""
     schema = plan.target.schema
@@ -50,7 +50,7 @@ def comment_record(comment: str | None) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
+def can_resume(conn: DatabaseConnection, plan: LoadPlan, digest: str) -> bool:
     """An earlier attempt made staging and a ledger for this very plan, not finalized: keep
     them, and the partitions committed in them."""
     schema = plan.target.schema
@@ -62,7 +62,7 @@ def can_resume(conn: Any, plan: LoadPlan, digest: str) -> bool:
     return all(row[0] != sql.FINALIZED for row in ledger)
 
 
-def store_pieces(conn: Any, plan: LoadPlan, digest: str) -> None:
+def store_pieces(conn: DatabaseConnection, plan: LoadPlan, digest: str) -> None:
     """Write each partition's pieces into the load's pieces table, its comment the plan's
     digest (as the ledger's); kept as it is when prepare runs again for the same plan."""
     schema = plan.target.schema
@@ -81,7 +81,9 @@ def store_pieces(conn: Any, plan: LoadPlan, digest: str) -> None:
         execute(conn, sql.insert_pieces(schema, name, rows))
 
 
-def read_pieces(conn: Any, plan: LoadPlan, partitions: Sequence[int]) -> list[Partition]:
+def read_pieces(
+    conn: DatabaseConnection, plan: LoadPlan, partitions: Sequence[int]
+) -> list[Partition]:
     """The partitions of ``plan`` with these numbers, with the pieces prepare stored for them
     (``store_pieces``): what a COPY task holding only the plan without pieces (a few KB,
     from XCom) copies. Refused when the pieces were stored for another plan (prepare ran
@@ -120,13 +122,13 @@ def read_pieces(conn: Any, plan: LoadPlan, partitions: Sequence[int]) -> list[Pa
     ]
 
 
-def claim(conn: Any, plan: LoadPlan, index: int) -> bool:
+def claim(conn: DatabaseConnection, plan: LoadPlan, index: int) -> bool:
     """Insert the partition's ledger row in the COPY's transaction (a concurrent duplicate
     attempt waits on it); False when the partition was committed before."""
     return bool(execute(conn, sql.claim_partition(plan.target.schema, plan.ledger_table, index)))
 
 
-def committed(conn: Any, plan: LoadPlan, index: int) -> tuple[int, int, float, int]:
+def committed(conn: DatabaseConnection, plan: LoadPlan, index: int) -> tuple[int, int, float, int]:
     """A committed partition's rows, bytes, seconds and rejects."""
     rows, nbytes, seconds, rejected = execute(
         conn, sql.partition_figures(plan.target.schema, plan.ledger_table, index)
@@ -135,7 +137,13 @@ def committed(conn: Any, plan: LoadPlan, index: int) -> tuple[int, int, float, i
 
 
 def record(
-    conn: Any, plan: LoadPlan, index: int, rows: int, nbytes: int, seconds: float, rejected: int
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    index: int,
+    rows: int,
+    nbytes: int,
+    seconds: float,
+    rejected: int,
 ) -> None:
     """Note the partition's figures in its ledger row, in the transaction of its rows."""
     execute(
@@ -146,7 +154,7 @@ def record(
     )
 
 
-def check_ledger_plan(conn: Any, plan: LoadPlan) -> None:
+def check_ledger_plan(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Refuse to work with a ledger made for another plan, or with none.
 
     Prepare run again (a retry, a cleared task) for changed files makes a new ledger for its
@@ -167,7 +175,7 @@ def check_ledger_plan(conn: Any, plan: LoadPlan) -> None:
     )
 
 
-def missing_partitions(conn: Any, plan: LoadPlan) -> list[int]:
+def missing_partitions(conn: DatabaseConnection, plan: LoadPlan) -> list[int]:
     """The partitions not committed in the ledger (none once the load is finalized)."""
     check_ledger_plan(conn, plan)
     done = {row[0] for row in execute(conn, sql.ledger_rows(plan.target.schema, plan.ledger_table))}
@@ -177,7 +185,7 @@ def missing_partitions(conn: Any, plan: LoadPlan) -> list[int]:
     return sorted(p.index for p in plan.partitions if p.index not in done)
 
 
-def totals(conn: Any, plan: LoadPlan) -> LedgerTotals:
+def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
     """Rows, bytes and rejects of the committed partitions, and whether the load was made
     visible before (a retry after a commit whose acknowledgement was lost)."""
     t = plan.target
@@ -217,7 +225,7 @@ def totals(conn: Any, plan: LoadPlan) -> LedgerTotals:
     return LedgerTotals(rows, nbytes, rejected)
 
 
-def copy_span(conn: Any, plan: LoadPlan) -> tuple[float, float] | None:
+def copy_span(conn: DatabaseConnection, plan: LoadPlan) -> tuple[float, float] | None:
     """The first COPY's start and the last COPY's end, from the ledger, on this process's
     clock (``time.time()``): the server's clock is read with them and the offset taken off.
     ``None`` when no partition is in the ledger."""

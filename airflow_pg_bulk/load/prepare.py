@@ -6,10 +6,9 @@ prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from airflow_pg_bulk import naming, parquet, planning, sources, sql
-from airflow_pg_bulk.db.driver import execute, rollback_quietly
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.load import cleanup, ledger
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, RunOrder, TargetDefinition
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
@@ -18,7 +17,7 @@ log = logging.getLogger(__name__)
 
 
 def prepare(
-    conn: Any,
+    conn: DatabaseConnection,
     request: LoadRequest,
     load_id: str,
     *,

@@ -49,6 +49,7 @@ from typing import Any
 from airflow_pg_bulk import naming, objects, records, sources, splitting, sql
 from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
     collect_notices,
     copy_in,
     execute,
@@ -106,7 +107,7 @@ class PartitionRejects:
 class _Job:
     """One piece being copied with rejects: what every step of it needs."""
 
-    conn: Any
+    conn: DatabaseConnection
     plan: LoadPlan
     piece: Piece  # as planned: its path names the source in reject rows and messages
     statement: sql.Composable
@@ -121,7 +122,7 @@ class _Job:
 
 
 def copy_rejecting(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     piece: Piece,
     statement: sql.Composable,
@@ -248,7 +249,7 @@ def _record_skipped(job: _Job, piece: Piece, lines: list[int], stack: ExitStack)
         )
 
 
-def _exact_error(conn: Any, statement: sql.Composable, raw: bytes) -> str:
+def _exact_error(conn: DatabaseConnection, statement: sql.Composable, raw: bytes) -> str:
     """The server's own error for one record, from a plain COPY of it alone (rolled back)."""
     execute(conn, sql.savepoint(SAVEPOINT + "_one"))
     try:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any
 
 from airflow_pg_bulk import ranges, sources, sql
-from airflow_pg_bulk.db.driver import execute, rollback_quietly
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.load import copy
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
@@ -46,7 +45,7 @@ def repaired_plan(plan: LoadPlan, flagged: set[int]) -> tuple[LoadPlan, list[int
     return dataclasses.replace(plan, partitions=partitions), redo
 
 
-def repair(conn: Any, plan: LoadPlan) -> list[int]:
+def repair(conn: DatabaseConnection, plan: LoadPlan) -> list[int]:
     """Load again, from exact record starts, the partitions a COPY task found misaligned and
     those their files' exact bounds change; returns them. Each partition's old rows are
     deleted and its rows loaded in one transaction; the set to redo is marked in the ledger

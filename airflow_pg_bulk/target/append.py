@@ -4,11 +4,9 @@ transaction that makes the load visible (under ``lock_timeout`` and the target's
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.codes import Identity
-from airflow_pg_bulk.db.driver import execute_count
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute_count
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
@@ -16,14 +14,14 @@ from airflow_pg_bulk.target import history, staging, statistics
 from airflow_pg_bulk.target.history import LedgerTotals
 
 
-def create_staging(conn: Any, plan: LoadPlan) -> None:
+def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """prepare: staging with the loaded columns
     (:func:`airflow_pg_bulk.target.staging.create_columns`)."""
     staging.create_columns(conn, plan)
 
 
 def make_visible(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     clock: PhaseClock,
     totals: LedgerTotals,

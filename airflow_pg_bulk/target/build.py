@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.codes import ConstraintKind
-from airflow_pg_bulk.db.driver import execute
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import ConstraintDef, LoadPlan
@@ -22,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 def build_on_staging(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     clock: PhaseClock,
     built: Existing,
@@ -93,7 +92,7 @@ def build_on_staging(
 
 
 def _add_constraint(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     con: ConstraintDef,
     name: str,

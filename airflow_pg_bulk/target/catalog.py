@@ -8,7 +8,13 @@ from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.codes import ConstraintKind, RelKind
-from airflow_pg_bulk.db.driver import execute, is_database_error, scalar, server_error
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    is_database_error,
+    scalar,
+    server_error,
+)
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import (
     Column,
@@ -51,7 +57,9 @@ def split_name(name: str) -> tuple[str, str]:
     return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
 
 
-def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -> TargetDefinition:
+def capture(
+    conn: DatabaseConnection, schema: str, table: str, *, as_partition: bool = False
+) -> TargetDefinition:
     """Read the target's definition in the current transaction (search_path pinned).
 
     A partitioned target (one level of declarative partitioning) is captured with its key
@@ -173,7 +181,7 @@ def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -
 
 
 def capture_partitioning(
-    conn: Any, oid: int, schema: str, table: str, triggers: tuple[TriggerDef, ...]
+    conn: DatabaseConnection, oid: int, schema: str, table: str, triggers: tuple[TriggerDef, ...]
 ) -> Partitioning:
     """The key of a partitioned target; its leaves are not captured here (a load captures the
     partitions its rows go to, when it knows them: :func:`capture_leaves`), but a
@@ -197,7 +205,7 @@ def capture_partitioning(
 
 
 def capture_leaves(
-    conn: Any, target: TargetDefinition, names: list[tuple[str, str]] | None
+    conn: DatabaseConnection, target: TargetDefinition, names: list[tuple[str, str]] | None
 ) -> Partitioning:
     """The target's partitioning with the leaves ``names`` ((schema, name) pairs; None: all of
     them) captured in full (each one's own definition), and what a partition-wise load
@@ -248,7 +256,7 @@ MAX_ROUTED_KEYS = 1000
 
 
 def partitions_of_rows(
-    conn: Any, target: TargetDefinition, staging: str, staged: Sequence[str]
+    conn: DatabaseConnection, target: TargetDefinition, staging: str, staged: Sequence[str]
 ) -> list[tuple[str, str]] | None:
     """The partitions of ``target`` that the rows of the table ``staging`` (in the target's
     schema, with the columns ``staged``) go to, as (schema, name), found without reading
@@ -289,7 +297,9 @@ def _scanned(node: Any) -> set[tuple[str, str]]:
     return found
 
 
-def refuse_without_privileges(conn: Any, target: TargetDefinition, mode: str) -> None:
+def refuse_without_privileges(
+    conn: DatabaseConnection, target: TargetDefinition, mode: str
+) -> None:
     """Raise :class:`LoadRefusedError` before anything is loaded when the session's role lacks
     a privilege the load needs (see the README's privileges table)."""
     owner, insert, create, role, update = execute(conn, sql.loader_privileges(target.oid))[0]
@@ -340,7 +350,9 @@ def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
         )
 
 
-def create_if_missing(conn: Any, table: tuple[str, ...], create: Callable[..., Any]) -> None:
+def create_if_missing(
+    conn: DatabaseConnection, table: tuple[str, ...], create: Callable[..., Any]
+) -> None:
     """Create a table loads share unless it exists, safe against concurrent loads.
 
     (CREATE ... IF NOT EXISTS would need CREATE on the schema every time, and can still

@@ -18,10 +18,15 @@ import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import execute, is_database_error, rollback_quietly, scalar
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    is_database_error,
+    rollback_quietly,
+    scalar,
+)
 from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError, OlderRunError
 from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE, LoadPlan
 from airflow_pg_bulk.target import catalog
@@ -32,7 +37,9 @@ log = logging.getLogger(__name__)
 HISTORY_INDEX = f"{LOAD_HISTORY_TABLE}_order"
 
 
-def refuse_appending_twice(conn: Any, schema: str, load_id: str, target: str) -> None:
+def refuse_appending_twice(
+    conn: DatabaseConnection, schema: str, load_id: str, target: str
+) -> None:
     """Raise :class:`AlreadyLoadedError` when this load id was finalized before."""
     table = (schema, LOAD_HISTORY_TABLE)
     if not scalar(conn, sql.relation_exists(*table)):
@@ -49,7 +56,7 @@ def refuse_appending_twice(conn: Any, schema: str, load_id: str, target: str) ->
         )
 
 
-def refuse_without_access(conn: Any, schema: str) -> None:
+def refuse_without_access(conn: DatabaseConnection, schema: str) -> None:
     """Refuse before anything is made when another role's load history cannot be written."""
     table = (schema, LOAD_HISTORY_TABLE)
     if not scalar(conn, sql.relation_exists(*table)):
@@ -62,7 +69,7 @@ def refuse_without_access(conn: Any, schema: str) -> None:
         )
 
 
-def ensure(conn: Any, table: tuple[str, str]) -> None:
+def ensure(conn: DatabaseConnection, table: tuple[str, str]) -> None:
     """The load history with the ordering rule's columns and index: created if missing, and
     a history made by an earlier version upgraded (columns added, index built: once, under
     the creation lock, in the caller's transaction). A role that may not alter another
@@ -118,7 +125,7 @@ class LedgerTotals:
     finalized: bool = False
 
 
-def open_visible(conn: Any, plan: LoadPlan) -> None:
+def open_visible(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Open the transaction that makes the load's rows the target's: every statement in it
     waits at most ``lock_timeout``, and it holds the target's advisory lock (one such
     transaction per target at a time). :func:`close_visible` ends it."""
@@ -127,7 +134,10 @@ def open_visible(conn: Any, plan: LoadPlan) -> None:
 
 
 def close_visible(
-    conn: Any, plan: LoadPlan, totals: LedgerTotals, parts: Sequence[str] | None = None
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    totals: LedgerTotals,
+    parts: Sequence[str] | None = None,
 ) -> None:
     """End the transaction :func:`open_visible` opened: the load noted finalized
     (:func:`record_finalized`), then COMMIT."""
@@ -137,7 +147,10 @@ def close_visible(
 
 @contextmanager
 def visible(
-    conn: Any, plan: LoadPlan, totals: LedgerTotals, parts: Sequence[str] | None = None
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    totals: LedgerTotals,
+    parts: Sequence[str] | None = None,
 ) -> Iterator[None]:
     """:func:`open_visible`, the block, :func:`close_visible`; an exception leaves the
     transaction to the caller to roll back."""
@@ -147,7 +160,7 @@ def visible(
 
 
 def record_finalized(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     rows: int,
     nbytes: int,
@@ -181,7 +194,9 @@ def record_finalized(
     )
 
 
-def refuse_overwriting_newer(conn: Any, plan: LoadPlan, parts: Sequence[str] | None = None) -> None:
+def refuse_overwriting_newer(
+    conn: DatabaseConnection, plan: LoadPlan, parts: Sequence[str] | None = None
+) -> None:
     """The ordering rule: a replace, replace_partitions or upsert must not replace rows that
     a load of a later run of the same DAG task put in the target (two runs at once, a
     backfill, a late retry of an old run). Refuse with :class:`OlderRunError`, naming that
@@ -239,7 +254,7 @@ def refuse_overwriting_newer(conn: Any, plan: LoadPlan, parts: Sequence[str] | N
     )
 
 
-def trim(conn: Any, plan: LoadPlan) -> int:
+def trim(conn: DatabaseConnection, plan: LoadPlan) -> int:
     """After the load's commit, in a transaction of its own: delete the loads into the target
     beyond the ``history_keep`` last finalized, except the newest (by data interval) of each
     DAG task and partition. Never fails the load (logged); returns the rows deleted."""

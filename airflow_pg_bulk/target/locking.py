@@ -27,10 +27,15 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import execute, is_database_error, scalar, server_error
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    is_database_error,
+    scalar,
+    server_error,
+)
 from airflow_pg_bulk.errors import TransientLoadError
 
 log = logging.getLogger(__name__)
@@ -42,7 +47,7 @@ _LOCK_NOT_AVAILABLE = "55P03"
 
 
 def lock_for_swap(
-    conn: Any,
+    conn: DatabaseConnection,
     tables: Sequence[tuple[str, str]],
     under_share_update: Callable[[], None] | None = None,
     *,

@@ -27,7 +27,7 @@ from typing import Any
 from psycopg.sql import Composable
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import execute, rollback_quietly
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.db.session import Sessions
 
 log = logging.getLogger(__name__)
@@ -72,7 +72,7 @@ def size_builds(
     return BuildSizing(builds=builds, workers=max(0, min(workers, pool)))
 
 
-def server_sizing(conn: Any, indexes: int, index_workers: int | None) -> BuildSizing:
+def server_sizing(conn: DatabaseConnection, indexes: int, index_workers: int | None) -> BuildSizing:
     """:func:`size_builds` with the server's settings, read on ``conn`` (in its transaction:
     a rebuild keeps everything in one)."""
     processes, parallel = execute(conn, sql.parallel_limits())[0]
@@ -91,7 +91,7 @@ def run_at_once(
     run_jobs(sessions, [functools.partial(_commit, s) for s in statements], builds, setup)
 
 
-def _commit(statement: Composable, conn: Any) -> None:
+def _commit(statement: Composable, conn: DatabaseConnection) -> None:
     execute(conn, statement)
     conn.commit()
 

@@ -70,6 +70,7 @@ from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
     close_cancelling,
     execute,
     is_database_error,
@@ -110,7 +111,7 @@ def partitioned_staging(plan: LoadPlan) -> bool:
     return plan.target.partitioning is not None and plan.mode != "upsert"
 
 
-def create_staging(conn: Any, plan: LoadPlan) -> None:
+def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """prepare: one plain staging table shaped like the parent (its columns and defaults; an
     identity column not loaded numbered from the target's sequence). No partition of the
     target is read (but with ``on_error="reject"``: a CHECK that a row is in one of them,
@@ -161,7 +162,7 @@ def leaf_plan(plan: LoadPlan, number: int) -> LoadPlan:
     )
 
 
-def route(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
+def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
     """finalize's first step (see the module's docstring): the staged rows in one new table
     per partition of the target they go to, ``staging_partition(load_id, n)``, each
     partition captured; returns the plan with those partitions as the target's leaves (in
@@ -261,7 +262,9 @@ _CHECK_VIOLATION = "23514"  # a CHECK, or "no partition of relation ... found fo
 
 
 def _split(
-    conn: Any, plan: LoadPlan, candidates: list[tuple[str, str, str, str, str | None]]
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    candidates: list[tuple[str, str, str, str, str | None]],
 ) -> list[tuple[str, str, str, str | None]]:
     """The staged rows routed by PostgreSQL through a partitioned router with one partition
     per candidate (its bound, and a CHECK of it added while empty); the partitions that
@@ -305,7 +308,7 @@ def _split(
     return kept
 
 
-def _unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> BadDataError:
+def _unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str | None]) -> BadDataError:
     """The error for a staged row that no partition of the target takes (the transaction
     rolled back: staging as COPY left it), naming the row and, read again from the source,
     its file and line."""
@@ -325,7 +328,7 @@ def _unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> BadDataErr
     )
 
 
-def _routed_before(conn: Any, plan: LoadPlan) -> LoadPlan:
+def _routed_before(conn: DatabaseConnection, plan: LoadPlan) -> LoadPlan:
     """The plan :func:`route` returned, read back from the comments of the tables it made."""
     t = plan.target
     found = execute(
@@ -359,7 +362,7 @@ def _parent_fingerprint(plan: LoadPlan) -> dict[str, Any]:
 
 
 def make_visible(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     clock: PhaseClock,
     totals: LedgerTotals,
@@ -375,7 +378,7 @@ def make_visible(
 
 
 def finalize_partitioned(
-    conn: Any, plan: LoadPlan, clock: PhaseClock, totals: LedgerTotals
+    conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, totals: LedgerTotals
 ) -> None:
     """The partition-wise finalize (see the module's docstring); ``plan`` as :func:`route`
     returned it."""
@@ -496,7 +499,7 @@ def _replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
 
 
 def _refuse_changed_leaves(
-    conn: Any, plan: LoadPlan, parent: TargetDefinition, swapped: list[LeafPartition]
+    conn: DatabaseConnection, plan: LoadPlan, parent: TargetDefinition, swapped: list[LeafPartition]
 ) -> None:
     """Under the swap's lock: each partition to swap is still a partition of the target,
     with the bound and definition its new table was built for (its oid aside: another load
@@ -568,7 +571,7 @@ def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
         plan, settings=dataclasses.replace(plan.settings, analyze=False)
     )
 
-    def build(number: int, conn: Any) -> None:
+    def build(number: int, conn: DatabaseConnection) -> None:
         try:
             _build_leaf(conn, unanalyzed, number, PhaseClock())
         except BaseException:
@@ -614,7 +617,7 @@ def _ledger(plan: LoadPlan) -> sql.Composable:
     return sql.ledger_rows(plan.target.schema, plan.ledger_table)
 
 
-def _insert_leaf(conn: Any, plan: LoadPlan, number: int) -> None:
+def _insert_leaf(conn: DatabaseConnection, plan: LoadPlan, number: int) -> None:
     """Insert a partition's staged rows in place, through the parent (they go to the same
     partition; the role needs INSERT on the parent only, as for a plain append): every
     column but the generated ones, as staging holds them (an identity column not loaded was
@@ -645,7 +648,7 @@ def _qualified(leaf: LeafPartition) -> tuple[str, str]:
     return leaf.definition.schema, leaf.definition.table
 
 
-def _to_swap(conn: Any, plan: LoadPlan, loaded: list[int]) -> list[int]:
+def _to_swap(conn: DatabaseConnection, plan: LoadPlan, loaded: list[int]) -> list[int]:
     """The loaded leaves to build and swap in: for a replace, those not loaded in place (more
     than :data:`IN_PLACE_ROWS` rows, or a trigger that an INSERT would fire and a swap does
     not: decided by :func:`route`); for an append, of those, the empty ones, when the role
@@ -670,7 +673,7 @@ def _to_swap(conn: Any, plan: LoadPlan, loaded: list[int]) -> list[int]:
 
 
 def _build_leaf(
-    conn: Any, plan: LoadPlan, number: int, clock: PhaseClock
+    conn: DatabaseConnection, plan: LoadPlan, number: int, clock: PhaseClock
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Build on a partition's new table what the partition has; each step commits and a
     retry skips what is done. Returns the temporary index and constraint names."""
@@ -688,7 +691,7 @@ def _build_leaf(
 
 
 def _swap_leaf(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     number: int,
     leaf: LeafPartition,

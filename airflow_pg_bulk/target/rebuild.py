@@ -34,7 +34,13 @@ from typing import Any
 
 from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence
-from airflow_pg_bulk.db.driver import execute, execute_count, scalar, server_version
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    execute_count,
+    scalar,
+    server_version,
+)
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition
@@ -44,7 +50,7 @@ from airflow_pg_bulk.target.history import LedgerTotals
 log = logging.getLogger(__name__)
 
 
-def obstacle(conn: Any, target: TargetDefinition) -> str | None:
+def obstacle(conn: DatabaseConnection, target: TargetDefinition) -> str | None:
     """Why the target cannot be rebuilt and swapped (what a replace would refuse), or None."""
     if target.partitioning is not None:
         return "the target is partitioned (its partitions are loaded one by one instead)"
@@ -59,7 +65,9 @@ def obstacle(conn: Any, target: TargetDefinition) -> str | None:
     return None
 
 
-def resolve(conn: Any, request: LoadRequest, target: TargetDefinition, load_bytes: int) -> str:
+def resolve(
+    conn: DatabaseConnection, request: LoadRequest, target: TargetDefinition, load_bytes: int
+) -> str:
     """prepare: the strategy of an append or upsert, by the cost model; logs why."""
     if request.mode in ("replace", "replace_partitions"):
         return "in_place"
@@ -82,7 +90,7 @@ def resolve(conn: Any, request: LoadRequest, target: TargetDefinition, load_byte
     return choice
 
 
-def create_staging(conn: Any, plan: LoadPlan) -> None:
+def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """prepare: an append COPYs into the table it swaps in, staging LIKE the target; an upsert
     into staging as an upsert in place does (with its source order column)."""
     if plan.mode == "append":
@@ -92,7 +100,7 @@ def create_staging(conn: Any, plan: LoadPlan) -> None:
 
 
 def make_visible(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     clock: PhaseClock,
     totals: LedgerTotals,
@@ -142,7 +150,7 @@ def _always(target: TargetDefinition, columns: list[str] | tuple[str, ...]) -> b
     return any(c.identity == Identity.ALWAYS and c.name in columns for c in target.columns)
 
 
-def _append_rows(conn: Any, plan: LoadPlan, rows: int) -> str:
+def _append_rows(conn: DatabaseConnection, plan: LoadPlan, rows: int) -> str:
     """Append: staging (LIKE the target) holds the loaded rows; add the target's to it."""
     t = plan.target
     stage = plan.staging_table
@@ -159,7 +167,9 @@ def _append_rows(conn: Any, plan: LoadPlan, rows: int) -> str:
     return stage
 
 
-def _upsert_rows(conn: Any, plan: LoadPlan, rows: int) -> tuple[str, tuple[int, int]]:
+def _upsert_rows(
+    conn: DatabaseConnection, plan: LoadPlan, rows: int
+) -> tuple[str, tuple[int, int]]:
     """Upsert: a new table LIKE the target = its rows whose key is not loaded + the latest
     loaded row per key. Returns the new table and (rows inserted, rows updated)."""
     t = plan.target

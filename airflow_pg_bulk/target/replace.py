@@ -9,11 +9,9 @@ See docs/design.md, "finalize".
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.codes import Persistence
-from airflow_pg_bulk.db.driver import execute, scalar
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, scalar
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
@@ -21,13 +19,13 @@ from airflow_pg_bulk.target import build, history, staging, swap
 from airflow_pg_bulk.target.history import LedgerTotals
 
 
-def create_staging(conn: Any, plan: LoadPlan) -> None:
+def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """prepare: staging LIKE the target (:func:`airflow_pg_bulk.target.staging.create_like`)."""
     staging.create_like(conn, plan)
 
 
 def make_visible(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     clock: PhaseClock,
     totals: LedgerTotals,

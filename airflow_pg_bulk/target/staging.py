@@ -8,10 +8,8 @@ with one of :func:`create_like` or :func:`create_columns` (a partitioned target'
 
 from __future__ import annotations
 
-from typing import Any
-
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import execute, rollback_quietly, scalar
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import IncompleteLoadError
 from airflow_pg_bulk.plan import LoadPlan
 
@@ -20,7 +18,7 @@ from airflow_pg_bulk.plan import LoadPlan
 Existing = dict[tuple[str, str], bool | None]
 
 
-def create_like(conn: Any, plan: LoadPlan) -> None:
+def create_like(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Staging LIKE the target (a replace, an append that rebuilds: the table swapped in). An
     identity column not loaded is a plain column numbered from the target's own sequence, as
     an INSERT into the target would be (no value it handed out is used again); the swap makes
@@ -48,7 +46,7 @@ def create_like(conn: Any, plan: LoadPlan) -> None:
             )
 
 
-def create_columns(conn: Any, plan: LoadPlan) -> None:
+def create_columns(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Staging with the loaded columns of the target only (rows inserted or merged from it)."""
     t = plan.target
     execute(
@@ -59,7 +57,7 @@ def create_columns(conn: Any, plan: LoadPlan) -> None:
     )
 
 
-def existing_objects(conn: Any, plan: LoadPlan) -> Existing:
+def existing_objects(conn: DatabaseConnection, plan: LoadPlan) -> Existing:
     """What ``plan.staging_table`` has already (its indexes, constraints, persistence), each
     with its state (an index: valid; a constraint: validated): what an earlier attempt built
     and a retry skips. Committed."""
@@ -68,7 +66,7 @@ def existing_objects(conn: Any, plan: LoadPlan) -> Existing:
     return {(kind, name): flag for kind, name, flag in rows}
 
 
-def check_count(conn: Any, plan: LoadPlan, staged: int, rows: int) -> None:
+def check_count(conn: DatabaseConnection, plan: LoadPlan, staged: int, rows: int) -> None:
     """Refuse to go on when staging holds ``staged`` rows but the ledger records ``rows``: a
     server crash emptied the unlogged staging after some partitions had committed. The
     transaction is rolled back; nothing reached the target."""
@@ -83,7 +81,9 @@ def check_count(conn: Any, plan: LoadPlan, staged: int, rows: int) -> None:
     )
 
 
-def check_rows(conn: Any, plan: LoadPlan, rows: int, tables: list[str] | None = None) -> None:
+def check_rows(
+    conn: DatabaseConnection, plan: LoadPlan, rows: int, tables: list[str] | None = None
+) -> None:
     """:func:`check_count` on the rows of ``tables`` (default: ``plan.staging_table``)."""
     schema = plan.target.schema
     staged = sum(

@@ -12,10 +12,9 @@ A smaller batch is left to autovacuum, as a plain INSERT or COPY would be.
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import execute
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
 
@@ -33,7 +32,9 @@ def worth_analyzing(loaded_rows: int, target_rows: int) -> bool:
     return loaded_rows >= IN_PLACE_SHARE * target_rows
 
 
-def after_in_place(conn: Any, plan: LoadPlan, clock: PhaseClock, loaded_rows: int) -> None:
+def after_in_place(
+    conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, loaded_rows: int
+) -> None:
     """After an in-place append or upsert has committed: ANALYZE the target when the option
     asks for it and the batch is worth it (:func:`worth_analyzing`), else say why not."""
     if not plan.settings.analyze:

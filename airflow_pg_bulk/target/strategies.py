@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
+from airflow_pg_bulk.db.driver import DatabaseConnection
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
@@ -22,7 +22,7 @@ from airflow_pg_bulk.target.history import LedgerTotals
 Merged = tuple[int, int]
 
 
-def as_planned(conn: Any, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
+def as_planned(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
     """The route of every strategy but the partition-wise one: the plan as it is."""
     return plan
 
@@ -40,11 +40,11 @@ class Strategy:
     """
 
     name: str
-    create_staging: Callable[[Any, LoadPlan], None]
+    create_staging: Callable[[DatabaseConnection, LoadPlan], None]
     make_visible: Callable[
-        [Any, LoadPlan, PhaseClock, LedgerTotals, Sessions | None], Merged | None
+        [DatabaseConnection, LoadPlan, PhaseClock, LedgerTotals, Sessions | None], Merged | None
     ]
-    route: Callable[[Any, LoadPlan, PhaseClock, int], LoadPlan] = as_planned
+    route: Callable[[DatabaseConnection, LoadPlan, PhaseClock, int], LoadPlan] = as_planned
 
 
 PARTITIONED = Strategy(

@@ -10,7 +10,7 @@ from typing import Any
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.codes import ConstraintKind, Identity, TriggerState
-from airflow_pg_bulk.db.driver import execute, rollback_quietly, scalar
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 from airflow_pg_bulk.target import catalog, history, locking
@@ -19,7 +19,10 @@ log = logging.getLogger(__name__)
 
 
 def swap_in(
-    conn: Any, plan: LoadPlan, index_names: dict[str, str], constraint_names: dict[str, str]
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    index_names: dict[str, str],
+    constraint_names: dict[str, str],
 ) -> None:
     """In the transaction that makes the load visible (opened by
     :func:`airflow_pg_bulk.target.history.open_visible`): the staging table takes the target's
@@ -113,7 +116,9 @@ def swap_in(
 _PROBE = "pgbulk_drop_probe"
 
 
-def restore_columns(conn: Any, schema: str, table: str, former: list[tuple[Any, ...]]) -> None:
+def restore_columns(
+    conn: DatabaseConnection, schema: str, table: str, former: list[tuple[Any, ...]]
+) -> None:
     """Give the columns of ``table`` what ``former`` (:func:`airflow_pg_bulk.sql.column_settings`
     of the table it replaces) says they had: defaults (not an identity's or a generated
     column's), statistics targets, storage, ``n_distinct`` options. Staging took its
@@ -140,7 +145,7 @@ def restore_columns(conn: Any, schema: str, table: str, former: list[tuple[Any, 
             execute(conn, change)
 
 
-def _restore_identity(conn: Any, plan: LoadPlan) -> None:
+def _restore_identity(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """An identity column that was not loaded is a plain column of staging drawing from the
     target's sequence (see :func:`airflow_pg_bulk.target.staging.create_like`): make it the
     identity it was (same kind, the sequence's options) before the swap carries the
@@ -166,7 +171,7 @@ def _restore_identity(conn: Any, plan: LoadPlan) -> None:
         )
 
 
-def drop_retired(conn: Any, plan: LoadPlan) -> bool:
+def drop_retired(conn: DatabaseConnection, plan: LoadPlan) -> bool:
     """Drop the old table a swap left (committed), in a transaction of its own under
     ``lock_timeout``; True when it was dropped. A failure is logged, not raised: the load is
     visible already, and cleanup drops the table (its name is one of the run's)."""
@@ -189,7 +194,9 @@ def drop_retired(conn: Any, plan: LoadPlan) -> bool:
     return True
 
 
-def restore_properties(conn: Any, t: TargetDefinition, *, triggers: bool = True) -> None:
+def restore_properties(
+    conn: DatabaseConnection, t: TargetDefinition, *, triggers: bool = True
+) -> None:
     """After a swap: ``t``'s triggers (unless ``triggers`` is false: a partition's come from
     its parent), options, grants and comments on the table now named as ``t``."""
     schema, table = t.schema, t.table

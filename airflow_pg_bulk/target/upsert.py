@@ -12,10 +12,9 @@ key). See docs/design.md, "upsert".
 from __future__ import annotations
 
 import logging
-from typing import Any
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import execute, server_version
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, server_version
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.db.translate import truncate
 from airflow_pg_bulk.errors import BadDataError
@@ -28,7 +27,7 @@ from airflow_pg_bulk.target.history import LedgerTotals
 log = logging.getLogger(__name__)
 
 
-def unique_indexes(conn: Any, target: TargetDefinition) -> list[UniqueIndex]:
+def unique_indexes(conn: DatabaseConnection, target: TargetDefinition) -> list[UniqueIndex]:
     """The target's valid unique indexes (for :func:`~airflow_pg_bulk.planning.upsert_spec`)."""
     rows = execute(conn, sql.unique_indexes(target.oid, server_version(conn)))
     return [
@@ -45,7 +44,7 @@ def unique_indexes(conn: Any, target: TargetDefinition) -> list[UniqueIndex]:
     ]
 
 
-def add_source_order(conn: Any, plan: LoadPlan) -> None:
+def add_source_order(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Give staging its source order column and the sequence behind it (dropped with it)."""
     t = plan.target
     sequence = naming.source_order_sequence(plan.load_id)
@@ -58,7 +57,7 @@ def add_source_order(conn: Any, plan: LoadPlan) -> None:
     )
 
 
-def create_staging(conn: Any, plan: LoadPlan) -> None:
+def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """prepare: staging with the loaded columns
     (:func:`airflow_pg_bulk.target.staging.create_columns`) and its source order column."""
     staging.create_columns(conn, plan)
@@ -67,7 +66,7 @@ def create_staging(conn: Any, plan: LoadPlan) -> None:
 
 
 def make_visible(
-    conn: Any,
+    conn: DatabaseConnection,
     plan: LoadPlan,
     clock: PhaseClock,
     totals: LedgerTotals,
@@ -132,7 +131,7 @@ def make_visible(
     return inserted, updated
 
 
-def _drawn(conn: Any, plan: LoadPlan, partition: str) -> list[tuple[str, str, str]]:
+def _drawn(conn: DatabaseConnection, plan: LoadPlan, partition: str) -> list[tuple[str, str, str]]:
     """The parent's identity columns not loaded that ``partition`` does not number itself
     (before PostgreSQL 17 a partition has no identity of its parent's): (column, sequence
     schema, name), drawn from the parent's sequence by the merge."""
@@ -145,7 +144,7 @@ def _drawn(conn: Any, plan: LoadPlan, partition: str) -> list[tuple[str, str, st
     ]
 
 
-def refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
+def refuse_duplicates(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """``on_duplicate_key="fail"``: refuse a key loaded more than once (the transaction
     rolled back), naming it and, read again from the source, where it is loaded twice."""
     t = plan.target
@@ -178,7 +177,7 @@ def refuse_duplicates(conn: Any, plan: LoadPlan) -> None:
     )
 
 
-def _refuse_unrouted(conn: Any, plan: LoadPlan, bounds: list[str | None]) -> None:
+def _refuse_unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str | None]) -> None:
     """A partitioned target: refuse a staged row that none of the partitions with these
     constraints (``bounds``: every partition a staged row can go to) takes, naming it and,
     read again from the source (:func:`airflow_pg_bulk.target.violations.locate_failing`), its file

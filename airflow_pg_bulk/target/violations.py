@@ -44,7 +44,13 @@ from collections.abc import Callable
 from typing import Any
 
 from airflow_pg_bulk import naming, sources, sql
-from airflow_pg_bulk.db.driver import ServerError, copy_in, execute, rollback_quietly
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    ServerError,
+    copy_in,
+    execute,
+    rollback_quietly,
+)
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
 log = logging.getLogger(__name__)
@@ -90,7 +96,7 @@ class _Check:
     build: Any  # (after: int) -> Composed
 
 
-def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
+def locate(conn: DatabaseConnection, plan: LoadPlan, err: ServerError) -> Found | None:
     """The file and line of a row that breaks the constraint ``err`` names (see the module's
     docstring); never raises (a failure to look is logged and the files are named). None: the
     constraint is not the target's (a key of a table referencing it, re-added by the swap,
@@ -103,7 +109,7 @@ def locate(conn: Any, plan: LoadPlan, err: ServerError) -> Found | None:
     return found
 
 
-def locate_failing(conn: Any, plan: LoadPlan, condition: sql.Composable) -> Found:
+def locate_failing(conn: DatabaseConnection, plan: LoadPlan, condition: sql.Composable) -> Found:
     """The file and line of the first loaded row (in the order :func:`_replay` reads the
     pieces: source order for an upsert) for which ``condition`` holds, a condition on the
     replayed row ``r`` (its loaded columns, e.g. :func:`airflow_pg_bulk.sql.in_no_partition`);
@@ -111,7 +117,7 @@ def locate_failing(conn: Any, plan: LoadPlan, condition: sql.Composable) -> Foun
     return _search(conn, plan, lambda: [_failing(condition)]) or Found(files=_files(plan))
 
 
-def locate_repeated_key(conn: Any, plan: LoadPlan, key: list[str]) -> Found:
+def locate_repeated_key(conn: DatabaseConnection, plan: LoadPlan, key: list[str]) -> Found:
     """The file and line of the two loaded rows of the first ``key`` repeated within the load,
     in the order :func:`_replay` reads the pieces (source order for an upsert): for
     ``on_duplicate_key="fail"``; never raises; when no pair is found, the load's files."""
@@ -126,7 +132,9 @@ def _files(plan: LoadPlan) -> tuple[str, ...]:
     return tuple(dict.fromkeys(p.path for part in plan.partitions for p in part.pieces))
 
 
-def _search(conn: Any, plan: LoadPlan, make: Callable[[], list[_Check] | None]) -> Found | None:
+def _search(
+    conn: DatabaseConnection, plan: LoadPlan, make: Callable[[], list[_Check] | None]
+) -> Found | None:
     """Replay the source with the checks ``make`` gives ([]: none can find the row, None: no
     row of the load is to blame), in a transaction rolled back after; see :func:`locate`."""
     files = _files(plan)
@@ -147,7 +155,7 @@ def _search(conn: Any, plan: LoadPlan, make: Callable[[], list[_Check] | None]) 
 
 
 def _checks(
-    conn: Any, plan: LoadPlan, err: ServerError, *, by_value: bool = True
+    conn: DatabaseConnection, plan: LoadPlan, err: ServerError, *, by_value: bool = True
 ) -> list[_Check] | None:
     """The queries that find an offending row of the constraint ``err`` names; [] when none
     can; None when it is no constraint of the target. ``by_value``: a duplicate key's rows
@@ -251,7 +259,7 @@ def _pieces(plan: LoadPlan) -> list[Piece]:
     return sorted(pieces, key=lambda p: (p.path, p.start))
 
 
-def _replay(conn: Any, plan: LoadPlan, checks: list[_Check]) -> Found | None:
+def _replay(conn: DatabaseConnection, plan: LoadPlan, checks: list[_Check]) -> Found | None:
     """COPY the pieces again into a numbered TEMP table until a check finds a row."""
     t = plan.target
     for statement in sql.create_replay_table(t.schema, t.table, plan.columns):
