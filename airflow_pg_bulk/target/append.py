@@ -5,7 +5,6 @@ transaction that makes the load visible (under ``lock_timeout`` and the target's
 from __future__ import annotations
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.codes import Identity
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute_count
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.figures import PhaseClock
@@ -38,9 +37,7 @@ def make_visible(
                 t.table,
                 plan.staging_table,
                 plan.columns,
-                override_identity=any(
-                    c.identity == Identity.ALWAYS and c.name in plan.columns for c in t.columns
-                ),
+                override_identity=staging.overrides_identity(t, plan.columns),
             ),
         )
         staging.check_count(conn, plan, inserted, totals.rows)

@@ -67,7 +67,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_pg_bulk import naming, planning, sql
-from airflow_pg_bulk.codes import Identity, Persistence
+from airflow_pg_bulk.codes import Persistence
 from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
@@ -631,7 +631,7 @@ def _insert_leaf(conn: DatabaseConnection, plan: LoadPlan, number: int) -> None:
             t.table,
             naming.staging_partition(plan.load_id, number),
             columns,
-            override_identity=any(c.identity == Identity.ALWAYS for c in t.columns),
+            override_identity=staging.overrides_identity(t, columns),
         ),
     )
 

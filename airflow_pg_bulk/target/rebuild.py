@@ -33,7 +33,7 @@ import logging
 from typing import Any
 
 from airflow_pg_bulk import naming, planning, sql
-from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence
+from airflow_pg_bulk.codes import ConstraintKind, Persistence
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
@@ -146,10 +146,6 @@ def _copied_columns(target: TargetDefinition) -> list[str]:
     return planning.loadable_columns(target)
 
 
-def _always(target: TargetDefinition, columns: list[str] | tuple[str, ...]) -> bool:
-    return any(c.identity == Identity.ALWAYS and c.name in columns for c in target.columns)
-
-
 def _append_rows(conn: DatabaseConnection, plan: LoadPlan, rows: int) -> str:
     """Append: staging (LIKE the target) holds the loaded rows; add the target's to it."""
     t = plan.target
@@ -161,7 +157,11 @@ def _append_rows(conn: DatabaseConnection, plan: LoadPlan, rows: int) -> str:
     execute(
         conn,
         sql.copy_rows_over(
-            t.schema, stage, t.table, columns, override_identity=_always(t, columns)
+            t.schema,
+            stage,
+            t.table,
+            columns,
+            override_identity=staging.overrides_identity(t, columns),
         ),
     )
     return stage
@@ -204,7 +204,7 @@ def _upsert_rows(
             new,
             t.table,
             columns,
-            override_identity=_always(t, columns),
+            override_identity=staging.overrides_identity(t, columns),
             unless_loaded=(stage, spec.key, nullable),
         ),
     )
@@ -221,10 +221,15 @@ def _upsert_rows(
         )
 
     if not others:
-        loaded = insert(latest, override_identity=_always(t, plan.columns))
+        loaded = insert(latest, override_identity=staging.overrides_identity(t, plan.columns))
         return new, (loaded - updated, updated)
     # columns not loaded: an updated row keeps its own, an inserted row gets the defaults
-    insert(latest, kept=others, match=(spec.key, nullable), override_identity=_always(t, columns))
+    insert(
+        latest,
+        kept=others,
+        match=(spec.key, nullable),
+        override_identity=staging.overrides_identity(t, columns),
+    )
     drawn = [
         (s.column, s.schema, s.name)
         for s in t.sequences
@@ -233,6 +238,6 @@ def _upsert_rows(
     inserted = insert(
         sql.loaded_not_in_target(t.schema, t.table, latest, spec.key, nullable),
         drawn=drawn,
-        override_identity=_always(t, plan.columns),
+        override_identity=staging.overrides_identity(t, plan.columns),
     )
     return new, (inserted, updated)

@@ -8,14 +8,23 @@ with one of :func:`create_like` or :func:`create_columns` (a partitioned target'
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from airflow_pg_bulk import sql
+from airflow_pg_bulk.codes import Identity
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import IncompleteLoadError
-from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 
 #: what a staging table has: (kind, name) -> its state (``("index", name)``: valid;
 #: ``("constraint", name)``: validated; ``("persistence", code)``: None)
 Existing = dict[tuple[str, str], bool | None]
+
+
+def overrides_identity(target: TargetDefinition, columns: Sequence[str]) -> bool:
+    """Whether an INSERT of ``columns`` into ``target`` needs ``OVERRIDING SYSTEM VALUE``:
+    one of them is a ``GENERATED ALWAYS`` identity."""
+    return any(c.identity == Identity.ALWAYS and c.name in columns for c in target.columns)
 
 
 def create_like(conn: DatabaseConnection, plan: LoadPlan) -> None:
