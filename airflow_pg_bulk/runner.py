@@ -17,7 +17,7 @@ from airflow_pg_bulk.db.driver import close_cancelling, connect
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import LoadSummary
-from airflow_pg_bulk.load import ledger
+from airflow_pg_bulk.loading import ledger
 from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
 from airflow_pg_bulk.target.catalog import split_name
 

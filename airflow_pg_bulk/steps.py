@@ -2,7 +2,7 @@
 
 Each takes an open DB-API connection (psycopg 3 or psycopg2) and plain data, and knows nothing
 of Airflow: the operators, the in-process runner and the tests all call these functions. They
-live in :mod:`airflow_pg_bulk.load` (one module per step) and are re-exported here, with
+live in :mod:`airflow_pg_bulk.loading` (one module per step) and are re-exported here, with
 :func:`start_session`, which prepares each step's session.
 """
 
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from airflow_pg_bulk.db.session import start_session
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.load.cleanup import cleanup, drop_abandoned
-from airflow_pg_bulk.load.copy import ProgressCallback, copy_partition
-from airflow_pg_bulk.load.finalize import complete_and_finalize, finalize
-from airflow_pg_bulk.load.ledger import ledger_comment, read_pieces
-from airflow_pg_bulk.load.prepare import prepare
+from airflow_pg_bulk.loading.cleanup import cleanup, drop_abandoned
+from airflow_pg_bulk.loading.copy import ProgressCallback, copy_partition
+from airflow_pg_bulk.loading.finalize import complete_and_finalize, finalize
+from airflow_pg_bulk.loading.ledger import ledger_comment, read_pieces
+from airflow_pg_bulk.loading.prepare import prepare
 
 __all__ = [
     "LoadRefusedError",

@@ -15,7 +15,7 @@ from airflow_pg_bulk import naming, records, runner, steps
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.db.driver import copy_in
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.load import accounting
+from airflow_pg_bulk.loading import accounting
 from airflow_pg_bulk.plan import CopyOptions, Piece, request_from_options
 
 LINE_40 = b"".join(b"%d\tx\\.\n" % i if i == 40 else b"%d\tx\n" % i for i in range(1, 101))

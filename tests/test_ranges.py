@@ -18,7 +18,7 @@ from psycopg import sql
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.db.driver import connect
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
-from airflow_pg_bulk.load import copy as copy_step
+from airflow_pg_bulk.loading import copy as copy_step
 from airflow_pg_bulk.plan import request_from_options
 from airflow_pg_bulk.splitting import RecordSyntax, record_starts
 

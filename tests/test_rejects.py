@@ -147,7 +147,7 @@ def test_append_with_rejects_keeps_existing_rows(db, connect, tmp_path):
 def test_one_pass_on_error_ignore_is_used_where_the_server_has_it(
     db, connect, tmp_path, monkeypatch
 ):
-    from airflow_pg_bulk.load import rejects
+    from airflow_pg_bulk.loading import rejects
 
     data, _good = _with_bad_rows(2000, {100: BAD[120], 1500: BAD[1500]})
     path = write_csv(tmp_path / "items.csv", data)

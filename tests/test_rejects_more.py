@@ -14,7 +14,7 @@ from psycopg import sql
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.load import ledger, rejects
+from airflow_pg_bulk.loading import ledger, rejects
 from airflow_pg_bulk.plan import ErrorPolicy, LoadRequest
 
 HEADER = "id,name,amount,day,note"

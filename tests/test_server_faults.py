@@ -55,7 +55,7 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
 )
-from airflow_pg_bulk.load import copy as copy_step
+from airflow_pg_bulk.loading import copy as copy_step
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Settings
 
 APPLICATION = "airflow-pg-bulk"

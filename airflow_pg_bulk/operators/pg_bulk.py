@@ -520,7 +520,7 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
 
     def execute(self, context: Context) -> dict[str, Any]:
         from airflow_pg_bulk import figures
-        from airflow_pg_bulk.load import ledger
+        from airflow_pg_bulk.loading import ledger
 
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)

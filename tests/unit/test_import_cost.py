@@ -39,7 +39,7 @@ NOT_AT_PARSE = (
     "airflow_pg_bulk.splitting",
     "airflow_pg_bulk.records",
     "airflow_pg_bulk.target.catalog",
-    "airflow_pg_bulk.load.finalize",
+    "airflow_pg_bulk.loading.finalize",
     "airflow_pg_bulk.runner",
     "airflow_pg_bulk.cli",
 )

@@ -1,5 +1,5 @@
 """Finalize's repair of misaligned partitions: a COPY task found a speculative piece's guessed
-bounds wrong (:mod:`airflow_pg_bulk.load.alignment`); before anything is visible, finalize
+bounds wrong (:mod:`airflow_pg_bulk.loading.alignment`); before anything is visible, finalize
 loads again, from exact record starts, the pieces of the files concerned (:func:`repair`).
 """
 
@@ -10,7 +10,7 @@ import logging
 
 from airflow_pg_bulk import ranges, sources, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.load import copy
+from airflow_pg_bulk.loading import copy
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
 log = logging.getLogger(__name__)

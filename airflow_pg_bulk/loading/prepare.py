@@ -9,7 +9,7 @@ import logging
 
 from airflow_pg_bulk import naming, parquet, planning, sources, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.load import cleanup, ledger
+from airflow_pg_bulk.loading import cleanup, ledger
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, RunOrder, TargetDefinition
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
@@ -39,7 +39,7 @@ def prepare(
         or upsert refuses to replace rows a later run of the same DAG task loaded (a replace or
         upsert here already, before anything is made; see :mod:`airflow_pg_bulk.target.history`).
     :param store_pieces: also write each partition's pieces into the load's pieces table
-        (:func:`airflow_pg_bulk.load.ledger.read_pieces`), in the transaction that makes the
+        (:func:`airflow_pg_bulk.loading.ledger.read_pieces`), in the transaction that makes the
         ledger: for steps that run in other processes and get only the plan without pieces
         (Airflow's COPY and finalize tasks). The in-process runner keeps the whole plan in
         memory and needs none."""

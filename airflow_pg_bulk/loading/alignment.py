@@ -1,11 +1,12 @@
 """The chain check of speculative pieces (:mod:`~airflow_pg_bulk.ranges`): a COPY task finds its
 piece misaligned, finalize loads the file's pieces again from exact bounds
-(:mod:`airflow_pg_bulk.load.repair`).
+(:mod:`airflow_pg_bulk.loading.repair`).
 
 A COPY task marks its partition misaligned, with no rows, when a speculative piece's last
 record does not end exactly at the piece's end (the next piece's guessed start was inside a
 quoted field), or when its COPY failed on bad data and the exact splitter shows its bounds
-were wrong. Finalize, before anything is visible, calls :func:`airflow_pg_bulk.load.repair.repair`.
+were wrong. Finalize, before anything is visible, calls
+:func:`airflow_pg_bulk.loading.repair.repair`.
 """
 
 from __future__ import annotations

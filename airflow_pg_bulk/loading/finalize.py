@@ -1,8 +1,8 @@
 """Finalize: check the ledger, then make the staged rows the target's.
 
 Under the load's lock (one finalize of a load at a time): misaligned partitions loaded again
-(:mod:`airflow_pg_bulk.load.repair`), the ledger added up
-(:func:`airflow_pg_bulk.load.ledger.totals`), then the strategy
+(:mod:`airflow_pg_bulk.loading.repair`), the ledger added up
+(:func:`airflow_pg_bulk.loading.ledger.totals`), then the strategy
 :func:`airflow_pg_bulk.target.strategies.for_plan` chooses makes the rows visible; a
 constraint broken on the way is told with the source line of the row that breaks it
 (:mod:`airflow_pg_bulk.target.violations`). A finalize retried after its commit does
@@ -19,8 +19,8 @@ from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quie
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import ConstraintViolationError
 from airflow_pg_bulk.figures import LoadSummary, PhaseClock
-from airflow_pg_bulk.load import copy, ledger, repair
-from airflow_pg_bulk.load.copy import ProgressCallback
+from airflow_pg_bulk.loading import copy, ledger, repair
+from airflow_pg_bulk.loading.copy import ProgressCallback
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.target import history, strategies, violations
 from airflow_pg_bulk.target.strategies import Merged

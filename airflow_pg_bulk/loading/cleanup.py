@@ -18,7 +18,7 @@ from airflow_pg_bulk.db.driver import (
     server_error,
 )
 from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
-from airflow_pg_bulk.load.ledger import comment_record
+from airflow_pg_bulk.loading.ledger import comment_record
 from airflow_pg_bulk.plan import LoadPlan, Settings
 
 log = logging.getLogger(__name__)

@@ -1,12 +1,12 @@
 """The COPY step: one partition of the plan into staging, exactly once.
 
 The partition's ledger row is claimed first and committed with its rows
-(:mod:`airflow_pg_bulk.load.ledger`). Each piece goes one of three ways, chosen per partition
+(:mod:`airflow_pg_bulk.loading.ledger`). Each piece goes one of three ways, chosen per partition
 by :class:`PartitionCopy`: a Parquet piece through :func:`airflow_pg_bulk.parquet.copy_piece`;
-with ``on_error="reject"``, through :func:`airflow_pg_bulk.load.rejects.copy_rejecting`;
-otherwise one row-accounted COPY (:mod:`airflow_pg_bulk.load.accounting`). A speculative piece
+with ``on_error="reject"``, through :func:`airflow_pg_bulk.loading.rejects.copy_rejecting`;
+otherwise one row-accounted COPY (:mod:`airflow_pg_bulk.loading.accounting`). A speculative piece
 found misaligned commits its partition empty, for finalize to load again
-(:mod:`airflow_pg_bulk.load.alignment`).
+(:mod:`airflow_pg_bulk.loading.alignment`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from airflow_pg_bulk.db.driver import (
 )
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import PartitionResult
-from airflow_pg_bulk.load import accounting, alignment, ledger, rejects
+from airflow_pg_bulk.loading import accounting, alignment, ledger, rejects
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
 
 log = logging.getLogger(__name__)

@@ -58,7 +58,7 @@ from airflow_pg_bulk.db.driver import (
     server_version,
 )
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.load import accounting
+from airflow_pg_bulk.loading import accounting
 from airflow_pg_bulk.plan import LoadPlan, Piece
 
 log = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ def copy_rejecting(
     ``rejected_before``: rows this partition rejected in earlier pieces (the limit counts them).
     ``wrap`` wraps each byte stream (progress counting); ``rule``: the server's end-of-data
     marker rule; ``found``: the reject rows of the partition's earlier pieces in this attempt.
-    Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.load.accounting`).
+    Every COPY here is row-accounted (:mod:`~airflow_pg_bulk.loading.accounting`).
     Past the limit, the partition's transaction is rolled back and its reject rows recorded on
     their own (the module's policy); the error raised says so."""
     assert plan.reject_table is not None
