@@ -1,5 +1,5 @@
-"""The chain check of speculative pieces (:mod:`~airflow_pg_bulk.ranges`): a COPY task finds its
-piece misaligned, finalize loads the file's pieces again from exact bounds.
+"""The chain check of speculative pieces (:mod:`~airflow_pg_bulk.source.window`): a COPY task
+finds its piece misaligned, finalize loads the file's pieces again from exact bounds.
 
 A COPY task marks its partition misaligned, with no rows, when a speculative piece's last
 record does not end exactly at the piece's end (the next piece's guessed start was inside a
@@ -13,10 +13,12 @@ import dataclasses
 import logging
 from typing import Any
 
-from airflow_pg_bulk import ranges, records, sources, sql
+from airflow_pg_bulk import sql
 from airflow_pg_bulk.driver import execute, rollback_quietly
 from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
+from airflow_pg_bulk.source import reading, records, window
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +40,19 @@ def check_end(counter: records.RecordCounter, piece: Piece) -> None:
 
 
 def _ends_file(piece: Piece) -> bool:
-    return sources.piece_ends_file(piece)
+    return reading.piece_ends_file(piece)
 
 
 def aligned(piece: Piece, opts: CopyOptions) -> bool:
     """Whether the piece's bounds are record starts, read exactly: its end from its start,
     then its start from the file's start (the serial scan: only on a failure path, and for
     ``on_error='reject'``, which sets rows aside only from proven bounds)."""
-    syntax = sources.syntax_of(opts)
+    syntax = RecordSyntax.of(opts)
     end = piece.end if piece.end is not None else piece.start
-    with sources.open_source(piece.path, piece.conn_id) as (f, size):
-        if not ranges.ends_cleanly(f, size, piece.start, end, syntax):
+    with reading.open_source(piece.path, piece.conn_id) as (f, size):
+        if not window.ends_cleanly(f, size, piece.start, end, syntax):
             return False
-        return bool(piece.first_line) or ranges.is_record_start(f, size, piece.start, syntax)
+        return bool(piece.first_line) or window.is_record_start(f, size, piece.start, syntax)
 
 
 def record_misaligned(
@@ -78,7 +80,7 @@ def repaired_plan(plan: LoadPlan, flagged: set[int]) -> tuple[LoadPlan, list[int
     and the partitions to load again: the flagged ones and those holding a piece whose bounds
     change. Deterministic in the plan and ``flagged``: a repair cut short is done again the
     same way."""
-    syntax = sources.syntax_of(plan.copy)
+    syntax = RecordSyntax.of(plan.copy)
     bad = {
         piece
         for part in plan.partitions
@@ -87,10 +89,10 @@ def repaired_plan(plan: LoadPlan, flagged: set[int]) -> tuple[LoadPlan, list[int
         if piece.speculative
     }
     exact: dict[Piece, Piece] = {}
-    for path, pieces in ranges.file_pieces(plan.partitions).items():
+    for path, pieces in window.file_pieces(plan.partitions).items():
         if bad.intersection(pieces):
-            with sources.open_source(path, pieces[0].conn_id) as (f, size):
-                exact.update(ranges.exact_pieces(pieces, syntax, f, size))
+            with reading.open_source(path, pieces[0].conn_id) as (f, size):
+                exact.update(window.exact_pieces(pieces, syntax, f, size))
     moved = {x for x, y in exact.items() if (x.start, x.end) != (y.start, y.end)}
     redo = sorted(flagged | {p.index for p in plan.partitions if moved.intersection(p.pieces)})
     partitions = tuple(

@@ -21,14 +21,11 @@ from airflow_pg_bulk import (
     fanout,
     history,
     naming,
-    parquet,
     partitioned,
     planning,
     realign,
     rebuild,
-    records,
     rejects,
-    sources,
     sql,
     translate,
     upsert,
@@ -50,7 +47,9 @@ from airflow_pg_bulk.errors import (
 )
 from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
+from airflow_pg_bulk.load import parquet_copy
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, Piece, RunOrder, Settings
+from airflow_pg_bulk.source import cutting, header, listing, parquet, records
 
 __all__ = [
     "LoadRefusedError",
@@ -133,7 +132,7 @@ def prepare(
         conn.rollback()
         if request.copy.format == "parquet":
             parquet.refuse_unsupported(request)
-        files = sources.resolve(request.source, request.source_conn_id)
+        files = listing.list_sources(request.source, request.source_conn_id)
         header_columns: list[str] = []
         header_lengths: dict[str, int] = {}
         layout = None
@@ -142,7 +141,7 @@ def prepare(
             columns = tuple(parquet.match_columns(layout, planning.loadable_columns(target)))
         else:
             if request.copy.header:
-                header_columns, header_lengths = sources.map_header(
+                header_columns, header_lengths = header.map_header(
                     files, request.copy, planning.loadable_columns(target)
                 )
             columns = planning.plan_columns(request, target, header_columns)
@@ -157,7 +156,7 @@ def prepare(
         if layout is not None:
             partitions = parquet.plan_partitions(layout, request.partition_count(total))
         else:
-            partitions = sources.plan_partitions(
+            partitions = cutting.plan_partitions(
                 files, request.copy, request.partition_count(total), header_lengths
             )
         plan = planning.build_plan(
@@ -514,14 +513,16 @@ def copy_partition(
             return PartitionResult(index, rows, nbytes, seconds, skipped=True, rejects=rejected)
         rows = nbytes = rejected = 0
         statement = rule = None
-        if plan.copy.format != "parquet":  # parquet.copy_piece makes its own
+        if plan.copy.format != "parquet":  # parquet_copy.copy_piece makes its own
             statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, plan.copy)
             rule = records.marker_rule(plan.copy.format, server_version(conn))
         for piece in part.pieces:
             if plan.upsert:  # read by staging's source order column (see upsert.py)
                 execute(conn, sql.set_config(sql.PIECE_SETTING, str(piece.ordinal), local=True))
             if plan.copy.format == "parquet":
-                loaded, sent = parquet.copy_piece(conn, plan, piece, progress, nbytes, part.bytes)
+                loaded, sent = parquet_copy.copy_piece(
+                    conn, plan, piece, progress, nbytes, part.bytes
+                )
                 rows, nbytes = rows + loaded, nbytes + sent
                 continue
             if plan.errors.rejecting:

@@ -12,7 +12,7 @@ error is returned unchanged.
 
 from __future__ import annotations
 
-from airflow_pg_bulk import naming, offenders, sources
+from airflow_pg_bulk import naming, offenders
 from airflow_pg_bulk.driver import ServerError, is_connection_lost, is_database_error, server_error
 from airflow_pg_bulk.errors import (
     TRANSIENT_SQLSTATES,
@@ -23,6 +23,7 @@ from airflow_pg_bulk.errors import (
     parse_copy_context,
 )
 from airflow_pg_bulk.plan import LoadPlan, Piece
+from airflow_pg_bulk.source import lines
 
 VALUE_LIMIT = 80
 MESSAGE_LIMIT = 300
@@ -60,9 +61,9 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
     line = None
     if record is not None:
         try:
-            first, last = sources.locate(piece, record, plan.copy)
+            first, last = lines.record_lines(piece, record, plan.copy)
         except ValueError:  # the file's bytes cannot be read the way the server read them
-            start = sources.first_line(piece, plan.copy)
+            start = lines.first_line(piece, plan.copy)
             where += f" (record {record} of the part starting at line {start})"
         else:
             line = first

@@ -1,0 +1,1 @@
+"""load: the four steps of a load on a connection, without Airflow."""
