@@ -26,17 +26,21 @@ def plan_partitions(
     opts: CopyOptions,
     partitions: int,
     header_lengths: dict[str, int] | None = None,
+    *,
+    syntax: RecordSyntax | None = None,
 ) -> list[Partition]:
     """Cut the files into about ``partitions`` partitions of similar size.
 
     A large uncompressed file or object is split at record starts found from a bounded window
     at each split point (:func:`split_file`); compressed files and streams stay whole.
     Pieces are then packed into partitions, largest first, each into the lightest one.
+    ``syntax``: the options' record syntax, when the caller built it
+    (:class:`.formats.Delimited`).
     """
     if partitions < 1:
         raise ValueError("partitions must be at least 1")
     header_lengths = header_lengths or {}
-    syntax = RecordSyntax.of(opts)
+    syntax = syntax or RecordSyntax.of(opts)
     total = sum(f.size for f in files)
     target = max(1, -(-total // partitions))
     pieces: list[Piece] = []

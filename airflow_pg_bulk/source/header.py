@@ -203,13 +203,18 @@ def _content(file: SourceFile) -> Iterator[IO[bytes]]:
 
 
 def map_header(
-    files: Sequence[SourceFile], copy: CopyOptions, table_columns: Sequence[str]
+    files: Sequence[SourceFile],
+    copy: CopyOptions,
+    table_columns: Sequence[str],
+    *,
+    syntax: RecordSyntax | None = None,
 ) -> tuple[list[str], dict[str, int]]:
     """Match every file's header to the table's columns by name.
 
     Returns the column list for COPY and each file's header length. Names match exactly first,
-    then case-insensitively; all files must have the same header."""
-    syntax = RecordSyntax.of(copy)
+    then case-insensitively; all files must have the same header. ``syntax``: the copy
+    options' record syntax, when the caller built it (:class:`.formats.Delimited`)."""
+    syntax = syntax or RecordSyntax.of(copy)
     lengths: dict[str, int] = {}
     first: list[str] | None = None
     for file in files:
