@@ -247,11 +247,15 @@ class _RunningCounter:
 def first_line(piece: Piece, opts: CopyOptions) -> int:
     """The physical line number of the piece's first byte in its file: as planned, or counted
     now for a piece past a guessed split point (prepare does not read the file to count it)."""
+    return _first_line(piece, RecordSyntax.of(opts))
+
+
+def _first_line(piece: Piece, syntax: RecordSyntax) -> int:
     if piece.first_line:
         return piece.first_line
     with reading.open_source(piece.path, piece.conn_id) as (f, _size):
         f.seek(0)
-        needle = detect_newline(f, RecordSyntax.of(opts))[-1:]
+        needle = detect_newline(f, syntax)[-1:]
         f.seek(0)
         lines, left = 1, piece.start
         while left > 0 and (block := f.read(min(reading.READ_CHUNK, left))):
@@ -277,7 +281,7 @@ def _record_lines_transcoded(
         first, last = record_line_numbers(
             tmp.name, 0, os.path.getsize(tmp.name), record_number, syntax, numbering=numbering
         )
-    offset = first_line(piece, opts) - 1
+    offset = _first_line(piece, syntax) - 1
     return first + offset, last + offset
 
 
@@ -309,7 +313,7 @@ def record_lines(
             first, last = record_line_numbers(
                 tmp.name, start, end, record_number, syntax, numbering=numbering
             )
-            offset = first_line(piece, opts) - 1
+            offset = _first_line(piece, syntax) - 1
             return first + offset, last + offset
         with open(tmp.name, "rb") as f:
             start = reading.content_start(f, piece, opts)
