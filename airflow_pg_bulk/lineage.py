@@ -61,7 +61,8 @@ def operator_lineage(plan: LoadPlan, summary: LoadSummary, uri: str) -> Any:
     )
     from airflow.providers.openlineage.extractors import OperatorLineage
 
-    from airflow_pg_bulk import objects  # not at DAG-parse time: alias_name is all it needs
+    # not at DAG-parse time: alias_name is all it needs
+    from airflow_pg_bulk.source import listing, objects
 
     parsed = urlsplit(uri)
     _, database, schema, table = (unquote(part) for part in parsed.path.split("/"))
@@ -84,11 +85,11 @@ def operator_lineage(plan: LoadPlan, summary: LoadSummary, uri: str) -> Any:
             )
         },
     )
-    paths = sorted({piece.path for part in plan.partitions for piece in part.pieces})
+    pieces = {piece.path: piece for part in plan.partitions for piece in part.pieces}
     inputs = [
         InputDataset(*objects.lineage_name(path))
-        if objects.is_url(path)
+        if listing.piece_kind(pieces[path]) is listing.SourceKind.OBJECT
         else InputDataset(namespace="file", name=path)
-        for path in paths
+        for path in sorted(pieces)
     ]
     return OperatorLineage(inputs=inputs, outputs=[output])

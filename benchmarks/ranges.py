@@ -11,9 +11,9 @@ noisy: the load average is printed with them.
 
 Measured:
 
-* prepare's splitting of the big file (``sources.plan_partitions``: the windows at the split
+* prepare's splitting of the big file (``cutting.plan_partitions``: the windows at the split
   points, no scan) against today's exact splitter over the same split points
-  (``splitting.record_starts`` + ``count_newlines``, the serial scan prepare made before);
+  (``boundaries.record_starts`` + ``lines.count_newlines``, the serial scan prepare made before);
 * the whole prepare step (``steps.prepare``) on the file and on the object;
 * the load (replace, 4 partitions, in-process runner, 4 connections) from disk and from S3,
   and one plain ``COPY ... FROM STDIN`` of the same bytes;
@@ -37,8 +37,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from airflow_pg_bulk import runner, sources, splitting, steps
+from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.plan import CopyOptions, request_from_options
+from airflow_pg_bulk.source import cutting, listing
+from airflow_pg_bulk.source.boundaries import record_starts
+from airflow_pg_bulk.source.lines import count_newlines
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
 SCHEMA = "bench_ranges"
@@ -100,8 +104,8 @@ def plain_copy(conn: psycopg.Connection, path: Path, name: str) -> float:
 
 def split_seconds(target: str, opts: CopyOptions) -> tuple[float, int]:
     """Seconds of prepare's splitting (no scan), and the pieces made."""
-    files = sources.resolve(target)
-    seconds, parts = timed(lambda: sources.plan_partitions(files, opts, PARTITIONS))
+    files = listing.list_sources(target)
+    seconds, parts = timed(lambda: cutting.plan_partitions(files, opts, PARTITIONS))
     return seconds, sum(len(p.pieces) for p in parts)
 
 
@@ -109,13 +113,13 @@ def serial_split_seconds(path: Path) -> float:
     """Seconds of the exact serial split prepare made before: record starts at the split points
     read from the file's start, and the newlines counted for each piece's first line."""
     size = path.stat().st_size
-    syntax = splitting.RecordSyntax()
+    syntax = RecordSyntax()
 
     def run() -> None:
-        starts = splitting.record_starts(path, [size * k // 4 for k in (1, 2, 3)], syntax)
+        starts = record_starts(path, [size * k // 4 for k in (1, 2, 3)], syntax)
         bounds = [0, *starts, size]
         for a, b in itertools.pairwise(bounds[:-1]):  # the last piece's lines: not needed
-            splitting.count_newlines(path, a, b)
+            count_newlines(path, a, b)
 
     seconds, _ = timed(run)
     return seconds
@@ -146,7 +150,7 @@ def load_seconds(dsn: str, table: str, source: str, **options: Any) -> tuple[flo
 @contextlib.contextmanager
 def counted_reads() -> Iterator[list[int]]:
     """The sizes of the reads made through objects.open_seekable (prepare's windows)."""
-    from airflow_pg_bulk import objects
+    from airflow_pg_bulk.source import objects
 
     reads: list[int] = []
     real = objects.open_seekable

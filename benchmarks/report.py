@@ -427,7 +427,7 @@ def tuning_md(bench: Any, ds: Any) -> str:
     # chunks
     c64 = rep_ratio(bench, w, "tune_chunk_64KiB", "tune_default", "tuning")[0]
     c4m = rep_ratio(bench, w, "tune_chunk_4MiB", "tune_default", "tuning")[0]
-    parts.append("\n### COPY buffer (`sources.READ_CHUNK` / `driver.COPY_BUFFER`)\n")
+    parts.append("\n### COPY buffer (`reading.READ_CHUNK` / `driver.COPY_BUFFER`)\n")
     parts.append(
         md_table(
             header,

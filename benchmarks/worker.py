@@ -194,13 +194,14 @@ def _install_statement_timer(timings: list[tuple[str, str, float]]) -> None:
 
 def pipeline(spec: dict[str, Any]) -> dict[str, Any]:
     """``airflow_pg_bulk.runner.load``: prepare, parallel COPY, finalize, cleanup."""
-    from airflow_pg_bulk import runner, sources
+    from airflow_pg_bulk import runner
     from airflow_pg_bulk.db import driver
+    from airflow_pg_bulk.source import reading
 
     opts = spec["pipeline"]
     chunk = opts.get("chunk")
     if chunk:
-        sources.READ_CHUNK = chunk  # read by piece_chunks at each call
+        reading.READ_CHUNK = chunk  # read by piece_chunks at each call
         driver.COPY_BUFFER = chunk
     timings: list[tuple[str, str, float]] = []
     _install_statement_timer(timings)

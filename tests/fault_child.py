@@ -17,9 +17,10 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from airflow_pg_bulk import sources, steps
+from airflow_pg_bulk import steps
 from airflow_pg_bulk.db.driver import connect
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
+from airflow_pg_bulk.source import reading
 
 CHUNK = 4096
 PAUSE = 0.05
@@ -28,7 +29,7 @@ PAUSE = 0.05
 def main() -> None:
     dsn, driver, plan_file, partition = sys.argv[1:5]
     plan = LoadPlan.from_dict(json.loads(Path(plan_file).read_text()))
-    real_chunks = sources.piece_chunks
+    real_chunks = reading.piece_chunks
     announced = False
 
     def slow_chunks(
@@ -42,7 +43,7 @@ def main() -> None:
                 print("streaming", flush=True)
             time.sleep(PAUSE)
 
-    sources.piece_chunks = slow_chunks
+    reading.piece_chunks = slow_chunks
     conn = connect(dsn, driver)
     try:
         result = steps.copy_partition(conn, plan, int(partition))

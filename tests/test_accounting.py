@@ -11,12 +11,13 @@ from conftest import Database
 from helpers import create_items, leftovers
 from psycopg import sql
 
-from airflow_pg_bulk import naming, records, runner, steps
+from airflow_pg_bulk import naming, runner, steps
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.db.driver import copy_in
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.loading import accounting
 from airflow_pg_bulk.plan import CopyOptions, Piece, request_from_options
+from airflow_pg_bulk.source import records
 
 LINE_40 = b"".join(b"%d\tx\\.\n" % i if i == 40 else b"%d\tx\n" % i for i in range(1, 101))
 

@@ -32,7 +32,7 @@ from helpers import leftovers, rows
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from airflow_pg_bulk import runner, sources
+from airflow_pg_bulk import runner
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -41,6 +41,8 @@ from airflow_pg_bulk.errors import (
     PgBulkError,
 )
 from airflow_pg_bulk.plan import CopyOptions
+from airflow_pg_bulk.source import cutting, listing
+from airflow_pg_bulk.source.header import read_header
 
 # --- the tables ----------------------------------------------------------------------------
 
@@ -837,11 +839,11 @@ def test_bad_input_matches_plain_copy(db, driver, pg_dsn, tmp_path, case):
 
     if case.min_pieces:
         opts = CopyOptions(**case.options)
-        files = sources.resolve(str(path))
-        header = {str(path): sources.read_header(files[0], opts)[1]} if opts.header else {}
+        files = listing.list_sources(str(path))
+        header = {str(path): read_header(files[0], opts)[1]} if opts.header else {}
         pieces = [
             p
-            for part in sources.plan_partitions(files, opts, case.partitions, header)
+            for part in cutting.plan_partitions(files, opts, case.partitions, header)
             for p in part.pieces
         ]
         assert len(pieces) >= case.min_pieces

@@ -23,10 +23,11 @@ from helpers import (
     write_parts,
 )
 
-from airflow_pg_bulk import ranges
 from airflow_pg_bulk.demo import workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
-from airflow_pg_bulk.splitting import RecordSyntax, record_starts
+from airflow_pg_bulk.source import window
+from airflow_pg_bulk.source.boundaries import record_starts
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 pytestmark = pytest.mark.dag_run
 
@@ -540,7 +541,7 @@ def test_load_from_s3_example_runs(dagbag, example_conn, s3_server, monkeypatch,
     header = ",".join(HEADER).encode() + b"\r\n"
     whole_object = tmp_path / "object.csv"
     whole_object.write_bytes(header + body)
-    guesses, _ = ranges.split_points(
+    guesses, _ = window.split_points(
         io.BytesIO(header + body), len(header), len(header + body), 4, RecordSyntax()
     )
     wrong = [

@@ -46,7 +46,7 @@ from helpers import (
 from psycopg import sql
 from servers import skip_or_fail
 
-from airflow_pg_bulk import naming, runner, sources, steps
+from airflow_pg_bulk import naming, runner, steps
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -56,11 +56,12 @@ from airflow_pg_bulk.errors import (
     TransientLoadError,
 )
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Settings
+from airflow_pg_bulk.source import reading
 
 APPLICATION = "airflow-pg-bulk"
 CHILD = Path(__file__).with_name("fault_child.py")
 TERMINAL = (BadDataError, ConstraintViolationError, IncompleteLoadError, LoadRefusedError)
-REAL_PIECE_CHUNKS = sources.piece_chunks
+REAL_PIECE_CHUNKS = reading.piece_chunks
 
 
 # --- helpers ---------------------------------------------------------------------------------
@@ -98,10 +99,10 @@ def expected_after_append(
 def slow_chunks(
     started: threading.Event | None = None, chunk: int = 4096, pause: float = 0.02
 ) -> Callable[..., Iterator[bytes]]:
-    """A ``sources.piece_chunks`` that feeds COPY slowly, so it is caught mid-stream."""
+    """A ``reading.piece_chunks`` that feeds COPY slowly, so it is caught mid-stream."""
 
     def chunks(
-        piece: Any, opts: Any, chunk_size: int = sources.READ_CHUNK, **kwargs: Any
+        piece: Any, opts: Any, chunk_size: int = reading.READ_CHUNK, **kwargs: Any
     ) -> Iterator[bytes]:
         for data in REAL_PIECE_CHUNKS(piece, opts, chunk_size=chunk, **kwargs):
             yield data
@@ -198,7 +199,7 @@ def test_copy_backend_terminated_mid_stream_retry_loads_exactly_once(
     plan = steps.prepare(first, request, naming.new_load_id())
 
     started = threading.Event()
-    monkeypatch.setattr(sources, "piece_chunks", slow_chunks(started))
+    monkeypatch.setattr(reading, "piece_chunks", slow_chunks(started))
     outcome: dict[str, BaseException] = {}
 
     def copy_in_thread() -> None:
@@ -224,7 +225,7 @@ def test_copy_backend_terminated_mid_stream_retry_loads_exactly_once(
     assert staging_and_ledger(db, plan) == (0, 0, [])
     assert db.checksum("items") == old
 
-    monkeypatch.setattr(sources, "piece_chunks", REAL_PIECE_CHUNKS)
+    monkeypatch.setattr(reading, "piece_chunks", REAL_PIECE_CHUNKS)
     retry = connect()  # the retried task: a new connection, the same plan
     try:
         again = steps.copy_partition(retry, through_xcom(plan), 0)

@@ -15,8 +15,9 @@ from helpers import (
     write_text_format,
 )
 
-from airflow_pg_bulk import runner, sources, steps
+from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.plan import CopyOptions, LoadRequest
+from airflow_pg_bulk.source import reading
 
 
 def test_csv_with_quoted_newlines_split_in_four_matches_plain_copy(db, connect, tmp_path):
@@ -137,7 +138,7 @@ def test_copy_task_retried_after_failure_and_after_commit_loads_once(
     conn = connect()
     plan = steps.prepare(conn, request, "0123456789ab")
 
-    real_chunks = sources.piece_chunks
+    real_chunks = reading.piece_chunks
 
     def failing_halfway(piece, opts, chunk_size=1 << 20, **kwargs):
         chunks = real_chunks(piece, opts, chunk_size=256, **kwargs)
@@ -146,10 +147,10 @@ def test_copy_task_retried_after_failure_and_after_commit_loads_once(
                 raise OSError("network file system went away")
             yield chunk
 
-    monkeypatch.setattr(sources, "piece_chunks", failing_halfway)
+    monkeypatch.setattr(reading, "piece_chunks", failing_halfway)
     with pytest.raises(OSError, match="went away"):
         steps.copy_partition(connect(), plan, 1)
-    monkeypatch.setattr(sources, "piece_chunks", real_chunks)
+    monkeypatch.setattr(reading, "piece_chunks", real_chunks)
 
     results = [steps.copy_partition(connect(), plan, p.index) for p in plan.partitions]
     again = steps.copy_partition(connect(), plan, 1)  # retried after it committed

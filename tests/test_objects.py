@@ -27,7 +27,7 @@ from helpers import (
 )
 from psycopg import sql
 
-from airflow_pg_bulk import objects, ranges, runner, sources, steps
+from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.db.driver import connect as open_connection
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -35,8 +35,9 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
 )
-from airflow_pg_bulk.objects import SourceChangedError
-from airflow_pg_bulk.plan import request_from_options
+from airflow_pg_bulk.plan import CopyOptions, request_from_options
+from airflow_pg_bulk.source import cutting, listing, objects, reading, window
+from airflow_pg_bulk.source.objects import SourceChangedError
 
 HEADER = ["id", "name", "amount", "day", "note"]
 CONN_ID = "pgbulk_s3"
@@ -271,9 +272,9 @@ def test_an_object_replaced_while_it_is_read_fails(db, s3_env, monkeypatch):
     body = b"".join(b"%d,name %d,1.00,,\n" % (i, i) for i in range(40000))
     url = _upload(s3_env, bucket, "big.csv", body)
     monkeypatch.setattr(objects, "BLOCK_SIZE", 64 << 10)  # many range requests
-    (file,) = sources.resolve(url)
-    (part,) = sources.plan_partitions([file], sources.CopyOptions(), 1)
-    chunks = sources.piece_chunks(part.pieces[0], sources.CopyOptions(), 16 << 10)
+    (file,) = listing.list_sources(url)
+    (part,) = cutting.plan_partitions([file], CopyOptions(), 1)
+    chunks = reading.piece_chunks(part.pieces[0], CopyOptions(), 16 << 10)
 
     first = next(chunks)
     _upload(s3_env, bucket, "big.csv", body.replace(b"name", b"NAME"))  # same size
@@ -304,7 +305,7 @@ def test_a_read_failing_mid_copy_rolls_back_and_the_retry_reads_again(
             raise ConnectionResetError("connection reset by peer (injected)")
         return real_read(self, size)
 
-    monkeypatch.setattr(sources, "READ_CHUNK", 4096)  # several reads per object
+    monkeypatch.setattr(reading, "READ_CHUNK", 4096)  # several reads per object
     try:
         monkeypatch.setattr(objects._Counting, "read", failing_read)
         with pytest.raises(TransientLoadError) as failed:
@@ -375,7 +376,7 @@ def test_a_byte_order_mark_loads_and_a_broken_key_names_the_object_and_line(db, 
     assert db.checksum("items") == before
 
 
-# --- one big object split into byte ranges (ranges.py) ---------------------------------------
+# --- one big object split into byte ranges (source/window.py) ------------------------------------
 
 
 @pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["LF", "CRLF"])
@@ -419,7 +420,7 @@ def test_a_big_object_is_split_into_ranges_read_by_range_requests(
         assert [p.end for p in pieces[:-1]] == [p.start for p in pieces[1:]]
         assert (pieces[0].start, pieces[-1].end) == (len(header), len(header) + len(body))
         assert all(p.speculative and p.etag and p.source_size and p.conn_id for p in pieces)
-        assert prepared <= 3 * (ranges.WINDOW + 1) + (64 << 10) + len(header)  # windows, line 1
+        assert prepared <= 3 * (window.WINDOW + 1) + (64 << 10) + len(header)  # windows, line 1
         summary = _copy_and_finalize(conn, plan)
     assert summary.rows == expected[0] == 12_000
     assert db.checksum("items") == expected

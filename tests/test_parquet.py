@@ -23,8 +23,8 @@ from test_objects import CONN_ID
 
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
-from airflow_pg_bulk.objects import SourceChangedError
 from airflow_pg_bulk.plan import request_from_options
+from airflow_pg_bulk.source.objects import SourceChangedError
 
 pa = require("pyarrow", "needs airflow-pg-bulk[parquet]")
 pq = require("pyarrow.parquet", "needs airflow-pg-bulk[parquet]")
@@ -238,7 +238,7 @@ def test_memory_stays_at_about_a_row_group(db, tmp_path, monkeypatch):
     """Arrow's allocations while a file of 12 row groups loads stay at a few row groups'
     worth of decoded data, the same for the last group as for the first (the whole file
     decoded would be 12)."""
-    from airflow_pg_bulk import parquet
+    from airflow_pg_bulk.source import parquet
 
     text = "x" * 200
     rows = [{"id": i, "name": f"{text}{i}"} for i in range(12 * 4000)]
@@ -333,7 +333,8 @@ def test_an_object_replaced_after_prepare_fails_its_partition(db, s3_conn, tmp_p
 def test_an_object_replaced_while_its_row_groups_are_read_fails(db, s3_conn, tmp_path, monkeypatch):
     """Replaced between two row groups (the COPY task's progress callback runs between them):
     the next range request, conditional on the ETag prepare recorded, fails the partition."""
-    from airflow_pg_bulk import objects, parquet
+    from airflow_pg_bulk.loading import parquet_copy
+    from airflow_pg_bulk.source import objects
 
     bucket = s3_conn.bucket()
     rows = [{**r, "name": f"{r['name']}{'z' * 300}"} for r in _rows(2000)]
@@ -341,7 +342,7 @@ def test_an_object_replaced_while_its_row_groups_are_read_fails(db, s3_conn, tmp
     s3_conn.client().put_object(Bucket=bucket, Key="a.parquet", Body=path.read_bytes())
     _create(db, "target")
     monkeypatch.setattr(objects, "BLOCK_SIZE", 64 << 10)  # a range request per 64 KiB
-    monkeypatch.setattr(parquet, "PROGRESS_SECONDS", 0.0)  # a call after every row group
+    monkeypatch.setattr(parquet_copy, "PROGRESS_SECONDS", 0.0)  # a call after every row group
     replaced = []
 
     def replace(done: int, expected: int) -> None:

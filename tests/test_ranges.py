@@ -1,6 +1,7 @@
-"""Big files split at guessed record starts (ranges.py, realign.py) against a real server: the
-load equals one plain COPY of the same bytes (count and checksum), whether the guesses were
-right or the chain check found one wrong and finalize loaded the affected ranges again."""
+"""Big files split at guessed record starts (source/window.py, realign.py) against a real
+server: the load equals one plain COPY of the same bytes (count and checksum), whether the
+guesses were right or the chain check found one wrong and finalize loaded the affected ranges
+again."""
 
 from __future__ import annotations
 
@@ -20,7 +21,8 @@ from airflow_pg_bulk.db.driver import connect
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
 from airflow_pg_bulk.loading import copy as copy_step
 from airflow_pg_bulk.plan import request_from_options
-from airflow_pg_bulk.splitting import RecordSyntax, record_starts
+from airflow_pg_bulk.source.boundaries import record_starts
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 CSV = RecordSyntax()
 

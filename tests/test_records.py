@@ -1,6 +1,6 @@
-"""Row accounting's record counter (airflow_pg_bulk.records) against two oracles: a byte-by-byte
-transcription of PostgreSQL's CopyReadLineText (the rules of 15 and of 18), fed in every
-chunking, and the real server's COPY of the same bytes."""
+"""Row accounting's record counter (airflow_pg_bulk.source.records) against two oracles: a
+byte-by-byte transcription of PostgreSQL's CopyReadLineText (the rules of 15 and of 18), fed
+in every chunking, and the real server's COPY of the same bytes."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from airflow_pg_bulk.records import MarkerRule, RecordCounter, RecordError, marker_rule
-from airflow_pg_bulk.splitting import RecordSyntax
+from airflow_pg_bulk.source.records import MarkerRule, RecordCounter, RecordError, marker_rule
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 CR, LF, BS, DOT = 0x0D, 0x0A, 0x5C, 0x2E
 RULES_BY_VERSION = {150000: "pre-18", 180000: "18"}

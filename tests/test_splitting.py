@@ -1,4 +1,5 @@
-"""Tests for airflow_pg_bulk.splitting (pure Python, no database)."""
+"""Tests for airflow_pg_bulk.source's scanner, boundaries, header and lines (pure Python, no
+database)."""
 
 from __future__ import annotations
 
@@ -14,17 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from airflow_pg_bulk.splitting import (
-    RecordSyntax,
-    can_split,
-    count_newlines,
-    detect_newline,
-    first_record,
-    iter_range,
-    parse_header,
-    record_line_numbers,
-    record_starts,
-)
+from airflow_pg_bulk.source.boundaries import detect_newline, first_record, record_starts
+from airflow_pg_bulk.source.charsets import can_split
+from airflow_pg_bulk.source.header import parse_header
+from airflow_pg_bulk.source.lines import count_newlines, iter_range, record_line_numbers
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 CSV = RecordSyntax()
 CSV_BACKSLASH = RecordSyntax(escape=b"\\")

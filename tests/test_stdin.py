@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 from helpers import create_items, leftovers, plain_copy_checksum, rows, write_csv
 
-from airflow_pg_bulk import runner, sources
+from airflow_pg_bulk import runner
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import CopyOptions, Piece
+from airflow_pg_bulk.source import listing, reading, streams
 
 CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
 
@@ -197,7 +198,7 @@ def test_a_terminal_on_standard_input_is_refused(monkeypatch):
     monkeypatch.setattr(sys, "stdin", open(secondary, encoding="utf-8"))  # noqa: SIM115
     try:
         with pytest.raises(LoadRefusedError, match="standard input, which is a terminal"):
-            sources.resolve("-")
+            listing.list_sources("-")
     finally:
         os.close(primary)
 
@@ -210,23 +211,23 @@ def test_streams_are_refused_in_an_airflow_task_process(monkeypatch, tmp_path):
     os.mkfifo(pipe)
 
     with pytest.raises(LoadRefusedError, match=r"standard input \('-'\) can be read only by"):
-        sources.resolve("-")
+        listing.list_sources("-")
     with pytest.raises(LoadRefusedError, match=r"the named pipe .* can be read only by"):
-        sources.resolve(str(pipe))  # refused before the open (which would wait for a writer)
+        listing.list_sources(str(pipe))  # refused before the open (which would wait for a writer)
 
 
 def test_a_stream_piece_of_another_process_or_read_twice_is_refused(tmp_path, fifo, monkeypatch):
-    monkeypatch.setattr(sources, "_STREAMS", {})  # as in a process that did not run prepare
+    monkeypatch.setattr(streams, "STREAMS", {})  # as in a process that did not run prepare
     opts = CopyOptions()
     with pytest.raises(LoadRefusedError, match="opened by another process"):
-        list(sources.piece_chunks(Piece(sources.STDIN_NAME), opts))
+        list(reading.piece_chunks(Piece(streams.STDIN_NAME), opts))
 
     path = _start(fifo, b"1,a\n2,b\n")
-    (file,) = sources.resolve(path)
+    (file,) = listing.list_sources(path)
     piece = Piece(file.path)
-    assert b"".join(sources.piece_chunks(piece, opts)) == b"1,a\n2,b\n"
+    assert b"".join(reading.piece_chunks(piece, opts)) == b"1,a\n2,b\n"
     with pytest.raises(LoadRefusedError, match="was read already"):
-        list(sources.piece_chunks(piece, opts))
+        list(reading.piece_chunks(piece, opts))
 
 
 def test_header_split_at_the_wrong_delimiter_names_the_likely_one(db, connect, tmp_path):
@@ -255,7 +256,7 @@ def test_standard_input_is_refused_by_the_prepare_task_under_airflow(airflow_db,
     examples = Path(__file__).resolve().parent.parent / "dags_examples"
     dag = DagBag(dag_folder=str(examples)).get_dag("example_pg_bulk_replace_many_csv")
     refused = []
-    real = sources._refuse_under_airflow
+    real = streams.refuse_under_airflow
 
     def spy(name: str) -> None:
         try:
@@ -264,7 +265,7 @@ def test_standard_input_is_refused_by_the_prepare_task_under_airflow(airflow_db,
             refused.append(str(exc))
             raise
 
-    monkeypatch.setattr(sources, "_refuse_under_airflow", spy)
+    monkeypatch.setattr(streams, "refuse_under_airflow", spy)
 
     run = dag.test(run_conf={"table": db.table("items"), "source": "-"})
 

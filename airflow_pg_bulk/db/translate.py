@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from airflow_pg_bulk import naming, sources
+from airflow_pg_bulk import naming
 from airflow_pg_bulk.db.driver import (
     ServerError,
     is_connection_lost,
@@ -30,6 +30,7 @@ from airflow_pg_bulk.errors import (
     parse_copy_context,
 )
 from airflow_pg_bulk.plan import LoadPlan, Piece
+from airflow_pg_bulk.source import lines
 
 if TYPE_CHECKING:  # annotations only: the violations module is of the layer above
     from airflow_pg_bulk.target import violations
@@ -70,9 +71,9 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
     line = None
     if record is not None:
         try:
-            first, last = sources.locate(piece, record, plan.copy)
+            first, last = lines.record_lines(piece, record, plan.copy)
         except ValueError:  # the file's bytes cannot be read the way the server read them
-            start = sources.first_line(piece, plan.copy)
+            start = lines.first_line(piece, plan.copy)
             where += f" (record {record} of the part starting at line {start})"
         else:
             line = first

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from airflow_pg_bulk import records, sources
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.plan import CopyOptions, Piece
+from airflow_pg_bulk.source import lines, reading, records
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 
 def counted_chunks(
@@ -23,20 +24,20 @@ def counted_chunks(
     exhausted. A marker that would make COPY skip rows, or a first line ending that differs
     from the file's, raises :class:`BadDataError` from the iterator (which aborts the COPY)."""
     counter = records.RecordCounter(
-        sources.syntax_of(opts),
+        RecordSyntax.of(opts),
         rule,
         first_line=piece.first_line or 1,
-        file_end=sources.piece_ends_file(piece),
+        file_end=reading.piece_ends_file(piece),
         expected_newline=piece.newline.encode() if piece.newline else None,
         encoding=opts.encoding,
     )
 
     def chunks() -> Iterator[bytes]:
         try:
-            yield from counter.wrap(sources.piece_chunks(piece, opts))
+            yield from counter.wrap(reading.piece_chunks(piece, opts))
         except records.RecordError as exc:
             # a piece past a guessed split point counts its lines only now
-            line = exc.line if piece.first_line else exc.line + sources.first_line(piece, opts) - 1
+            line = exc.line if piece.first_line else exc.line + lines.first_line(piece, opts) - 1
             raise BadDataError(
                 f"{piece.path} line {line}: {exc.message}. Nothing of this load reached {target}.",
                 path=piece.path,
@@ -60,11 +61,11 @@ def check_rows(
     taken = rows + skipped
     if taken == sent:
         return
-    where = f"{piece.path} (the part from line {sources.first_line(piece, opts)})"
+    where = f"{piece.path} (the part from line {lines.first_line(piece, opts)})"
     line = None
     if taken < sent and not skipped:
         try:
-            line, _last = sources.locate(piece, taken + 1, opts, numbering="records")
+            line, _last = lines.record_lines(piece, taken + 1, opts, numbering="records")
         except ValueError:
             line = None
         else:

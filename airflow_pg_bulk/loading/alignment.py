@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import logging
 
-from airflow_pg_bulk import ranges, records, sources, sql
+from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
+from airflow_pg_bulk.source import reading, records, window
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +40,19 @@ def check_end(counter: records.RecordCounter, piece: Piece) -> None:
 
 
 def _ends_file(piece: Piece) -> bool:
-    return sources.piece_ends_file(piece)
+    return reading.piece_ends_file(piece)
 
 
 def aligned(piece: Piece, opts: CopyOptions) -> bool:
     """Whether the piece's bounds are record starts, read exactly: its end from its start,
     then its start from the file's start (the serial scan: only on a failure path, and for
     ``on_error='reject'``, which sets rows aside only from proven bounds)."""
-    syntax = sources.syntax_of(opts)
+    syntax = RecordSyntax.of(opts)
     end = piece.end if piece.end is not None else piece.start
-    with sources.open_source(piece.path, piece.conn_id) as (f, size):
-        if not ranges.ends_cleanly(f, size, piece.start, end, syntax):
+    with reading.open_source(piece.path, piece.conn_id) as (f, size):
+        if not window.ends_cleanly(f, size, piece.start, end, syntax):
             return False
-        return bool(piece.first_line) or ranges.is_record_start(f, size, piece.start, syntax)
+        return bool(piece.first_line) or window.is_record_start(f, size, piece.start, syntax)
 
 
 def record_misaligned(

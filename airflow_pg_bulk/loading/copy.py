@@ -2,7 +2,8 @@
 
 The partition's ledger row is claimed first and committed with its rows
 (:mod:`airflow_pg_bulk.loading.ledger`). Each piece goes one of three ways, chosen per partition
-by :class:`PartitionCopy`: a Parquet piece through :func:`airflow_pg_bulk.parquet.copy_piece`;
+by :class:`PartitionCopy` from the source format (:func:`airflow_pg_bulk.source.formats.for_copy`):
+a Parquet piece through :func:`airflow_pg_bulk.loading.parquet_copy.copy_piece`;
 with ``on_error="reject"``, through :func:`airflow_pg_bulk.loading.rejects.copy_rejecting`;
 otherwise one row-accounted COPY (:mod:`airflow_pg_bulk.loading.accounting`). A speculative piece
 found misaligned commits its partition empty, for finalize to load again
@@ -15,7 +16,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 
-from airflow_pg_bulk import parquet, records, sql
+from airflow_pg_bulk import sql
 from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
@@ -26,8 +27,9 @@ from airflow_pg_bulk.db.driver import (
 )
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.figures import PartitionResult
-from airflow_pg_bulk.loading import accounting, alignment, ledger, rejects
+from airflow_pg_bulk.loading import accounting, alignment, ledger, parquet_copy, rejects
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
+from airflow_pg_bulk.source import formats, records
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +78,14 @@ class PartitionCopy:
         self._statement: sql.Composable | None = None
         self._rule: records.MarkerRule | None = None
         self._rejects: rejects.PartitionRejects | None = None
-        if plan.copy.format != "parquet":  # parquet.copy_piece makes its own
+        source_format = formats.for_copy(plan.copy)
+        self._sends_bytes = source_format.sends_bytes
+        if self._sends_bytes:  # else parquet_copy.copy_piece makes its own
             t = plan.target
             self._statement = sql.copy_from_stdin(
-                t.schema, plan.staging_table, plan.columns, plan.copy
+                t.schema, plan.staging_table, plan.columns, source_format.copy_options
             )
-            self._rule = records.marker_rule(plan.copy.format, server_version(conn))
+            self._rule = source_format.marker_rule(server_version(conn))
             if plan.errors.rejecting:
                 self._rejects = rejects.PartitionRejects()
 
@@ -89,7 +93,7 @@ class PartitionCopy:
         """COPY one piece of the partition."""
         if self.plan.upsert:  # read by staging's source order column (see target/upsert.py)
             execute(self.conn, sql.set_config(sql.PIECE_SETTING, str(piece.ordinal), local=True))
-        if self.plan.copy.format == "parquet":
+        if not self._sends_bytes:
             self._parquet(piece)
         elif self._rejects is not None:
             self._rejecting(piece, self._rejects)
@@ -102,7 +106,7 @@ class PartitionCopy:
             self._rejects.close()
 
     def _parquet(self, piece: Piece) -> None:
-        loaded, sent = parquet.copy_piece(
+        loaded, sent = parquet_copy.copy_piece(
             self.conn, self.plan, piece, self.progress, self.nbytes, self.part.bytes
         )
         self.rows, self.nbytes = self.rows + loaded, self.nbytes + sent

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import logging
 
-from airflow_pg_bulk import naming, parquet, planning, sources, sql
+from airflow_pg_bulk import naming, planning, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.loading import cleanup, ledger
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, RunOrder, TargetDefinition
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder
+from airflow_pg_bulk.source import formats, listing
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
 log = logging.getLogger(__name__)
@@ -55,10 +56,11 @@ def prepare(
         if request.mode == "append":
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
-        if request.copy.format == "parquet":
-            parquet.refuse_unsupported(request)
-        files = sources.resolve(request.source, request.source_conn_id)
-        columns, header_lengths, layout = _columns(request, target, files)
+        source_format = formats.for_copy(request.copy)
+        source_format.refuse_unsupported(request)
+        files = listing.list_sources(request.source, request.source_conn_id)
+        matched = source_format.match(files, planning.loadable_columns(target))
+        columns = source_format.columns(request, target, matched)
         key = None
         if request.mode == "upsert":
             indexes = upsert.unique_indexes(conn, target)
@@ -67,7 +69,7 @@ def prepare(
         total = sum(f.size for f in files)
         strategy = rebuild.resolve(conn, request, target, total)
         conn.rollback()
-        partitions = _cut(request, files, total, header_lengths, layout)
+        partitions = source_format.cut(files, request.partition_count(total), matched)
         plan = planning.build_plan(
             request,
             target,
@@ -115,36 +117,3 @@ def prepare(
         "; kept from an earlier attempt, with its committed partitions" if resumed else "",
     )
     return plan
-
-
-def _columns(
-    request: LoadRequest, target: TargetDefinition, files: list[sources.SourceFile]
-) -> tuple[tuple[str, ...], dict[str, int], list[parquet.ParquetSource] | None]:
-    """The columns loaded, the header's length per file, and a Parquet source's layout (None
-    for csv/text)."""
-    header_columns: list[str] = []
-    header_lengths: dict[str, int] = {}
-    if request.copy.format == "parquet":  # columns matched by name, as a header's are
-        layout = parquet.inspect(files)
-        columns = tuple(parquet.match_columns(layout, planning.loadable_columns(target)))
-        return columns, header_lengths, layout
-    if request.copy.header:
-        header_columns, header_lengths = sources.map_header(
-            files, request.copy, planning.loadable_columns(target)
-        )
-    return planning.plan_columns(request, target, header_columns), header_lengths, None
-
-
-def _cut(
-    request: LoadRequest,
-    files: list[sources.SourceFile],
-    total: int,
-    header_lengths: dict[str, int],
-    layout: list[parquet.ParquetSource] | None,
-) -> list[Partition]:
-    """The source cut into the load's COPY partitions."""
-    if layout is not None:
-        return parquet.plan_partitions(layout, request.partition_count(total))
-    return sources.plan_partitions(
-        files, request.copy, request.partition_count(total), header_lengths
-    )

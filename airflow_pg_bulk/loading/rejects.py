@@ -14,7 +14,7 @@ Two ways, both inside the partition's transaction and under a savepoint:
 
 A stream source (standard input, a named pipe) cannot be read twice: its piece is spooled,
 decompressed, to a temporary file first, and both ways read that (see
-:mod:`~airflow_pg_bulk.sources`).
+:mod:`~airflow_pg_bulk.source.streams`).
 
 Which reject rows are kept (one policy, for every way a load can fail): **rejected rows are
 kept, whether the load succeeds or fails, and each is recorded once.**
@@ -35,18 +35,16 @@ A run that is cleared and run again with the same load id records its rejects ag
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import logging
 import os
 import pickle
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack
 from typing import Any
 
-from airflow_pg_bulk import naming, objects, records, sources, splitting, sql
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
@@ -60,6 +58,10 @@ from airflow_pg_bulk.db.driver import (
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.loading import accounting
 from airflow_pg_bulk.plan import LoadPlan, Piece
+from airflow_pg_bulk.source import charsets, listing, reading, records
+from airflow_pg_bulk.source.lines import first_line, record_locations
+from airflow_pg_bulk.source.listing import SourceKind
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +144,7 @@ def copy_rejecting(
     assert plan.reject_table is not None
     job = _Job(conn, plan, piece, statement, rejected_before, wrap, rule, found)
     with ExitStack() as stack:
-        spool = sources.is_stream(piece.path) or objects.is_url(piece.path)
+        spool = listing.piece_kind(piece).read_whole
         source = _plain_copy(stack, piece, plan) if spool else piece
         outcome = _copy_skipping(job, source, stack)
         if outcome is None:
@@ -238,8 +240,8 @@ def _record_skipped(job: _Job, piece: Piece, lines: list[int], stack: ExitStack)
     server's exact error."""
     source = _plain_copy(stack, piece, job.plan) if piece.compression else piece
     end = source.end if source.end is not None else os.path.getsize(source.path)
-    syntax = sources.syntax_of(job.plan.copy)
-    located = splitting.record_locations(source.path, source.start, end, lines, syntax)
+    syntax = RecordSyntax.of(job.plan.copy)
+    located = record_locations(source.path, source.start, end, lines, syntax)
     for (first, content_end, _next), line, _last in sorted(located):
         with open(source.path, "rb") as f:
             f.seek(first)
@@ -294,7 +296,7 @@ def _record(job: _Job, line: int, raw: bytes, error: str) -> None:
         "target": plan.target.qualified,
         "source_file": job.piece.path,
         "line": line,
-        "raw_line": raw.decode(sources.python_encoding(plan.copy.encoding), "replace").replace(
+        "raw_line": raw.decode(charsets.python_encoding(plan.copy.encoding), "replace").replace(
             "\x00", "\ufffd"
         ),
         "error": naming.original_names(plan, error),
@@ -309,8 +311,8 @@ def _set_aside(
 ) -> int:
     """Re-copy the good rows before the bad record, record the bad one; return where to go on."""
     plan = job.plan
-    syntax = sources.syntax_of(plan.copy)
-    (((first, content_end, next_start), line, _last),) = splitting.record_locations(
+    syntax = RecordSyntax.of(plan.copy)
+    (((first, content_end, next_start), line, _last),) = record_locations(
         source.path, pos, end, [record], syntax
     )
     if first > pos:
@@ -338,18 +340,15 @@ def _plain_copy(stack: ExitStack, piece: Piece, plan: LoadPlan) -> Piece:
     offsets are needed to skip rows, a stream cannot be read twice, and an object is read
     once); deleted when ``stack`` closes."""
     tmp = stack.enter_context(tempfile.NamedTemporaryFile(suffix=".pgbulk"))  # noqa: SIM115
-    if sources.is_stream(piece.path) or objects.is_url(piece.path):
-        for chunk in sources.content_chunks(piece):
-            tmp.write(chunk)
-    else:
-        with gzip.open(piece.path, "rb") as src:
-            shutil.copyfileobj(src, tmp)
+    reading.write_content(piece, tmp)
     tmp.flush()
-    if objects.is_url(piece.path) and piece.end is not None:  # a range of an object
-        first = sources.first_line(piece, plan.copy)
+    if (
+        listing.piece_kind(piece) is SourceKind.OBJECT and piece.end is not None
+    ):  # a range of an object
+        first = first_line(piece, plan.copy)
         return Piece(tmp.name, 0, os.path.getsize(tmp.name), first, newline=piece.newline)
     with open(tmp.name, "rb") as f:
-        start = sources.content_start(f, piece, plan.copy)
+        start = reading.content_start(f, piece, plan.copy)
     return Piece(tmp.name, start, os.path.getsize(tmp.name), 1)
 
 

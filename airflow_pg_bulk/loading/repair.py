@@ -8,10 +8,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 
-from airflow_pg_bulk import ranges, sources, sql
+from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.loading import copy
 from airflow_pg_bulk.plan import LoadPlan, Piece
+from airflow_pg_bulk.source import reading, window
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 log = logging.getLogger(__name__)
 
@@ -21,7 +23,7 @@ def repaired_plan(plan: LoadPlan, flagged: set[int]) -> tuple[LoadPlan, list[int
     and the partitions to load again: the flagged ones and those holding a piece whose bounds
     change. Deterministic in the plan and ``flagged``: a repair cut short is done again the
     same way."""
-    syntax = sources.syntax_of(plan.copy)
+    syntax = RecordSyntax.of(plan.copy)
     bad = {
         piece
         for part in plan.partitions
@@ -30,10 +32,10 @@ def repaired_plan(plan: LoadPlan, flagged: set[int]) -> tuple[LoadPlan, list[int
         if piece.speculative
     }
     exact: dict[Piece, Piece] = {}
-    for path, pieces in ranges.file_pieces(plan.partitions).items():
+    for path, pieces in window.file_pieces(plan.partitions).items():
         if bad.intersection(pieces):
-            with sources.open_source(path, pieces[0].conn_id) as (f, size):
-                exact.update(ranges.exact_pieces(pieces, syntax, f, size))
+            with reading.open_source(path, pieces[0].conn_id) as (f, size):
+                exact.update(window.exact_pieces(pieces, syntax, f, size))
     moved = {x for x, y in exact.items() if (x.start, x.end) != (y.start, y.end)}
     redo = sorted(flagged | {p.index for p in plan.partitions if moved.intersection(p.pieces)})
     partitions = tuple(

@@ -14,8 +14,8 @@ fails on a constraint, :func:`locate` reads the source again:
    loaded rows with the same key (or conflicting under an exclusion's operators), a loaded row
    whose key is in the target already (append, upsert), a foreign key with no referenced row,
    a NULL, a CHECK expression that is false;
-4. the first row found is mapped to its file and physical line (:func:`sources.locate`, as a
-   COPY error is), and the replay stops there.
+4. the first row found is mapped to its file and physical line
+   (:func:`.source.lines.record_lines`, as a COPY error is), and the replay stops there.
 
 Cost: at most one more read of the source, through one COPY session, with no index and no
 constraint, plus one query per piece; it stops at the piece holding the first offending row,
@@ -43,7 +43,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from airflow_pg_bulk import naming, sources, sql
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     ServerError,
@@ -52,6 +52,8 @@ from airflow_pg_bulk.db.driver import (
     rollback_quietly,
 )
 from airflow_pg_bulk.plan import LoadPlan, Piece
+from airflow_pg_bulk.source import lines, listing, reading
+from airflow_pg_bulk.source.listing import SourceKind
 
 log = logging.getLogger(__name__)
 
@@ -269,12 +271,12 @@ def _replay(conn: DatabaseConnection, plan: LoadPlan, checks: list[_Check]) -> F
     total = 0
     started = time.monotonic()
     for piece in _pieces(plan):
-        if sources.is_stream(piece.path):
+        if listing.piece_kind(piece) is SourceKind.STREAM:
             continue  # read once, by the COPY task
         if time.monotonic() - started > BUDGET_SECONDS:
             log.warning("stopped looking for the offending row after %.0f s", BUDGET_SECONDS)
             return None
-        loaded = copy_in(conn, copy, sources.piece_chunks(piece, plan.copy))
+        loaded = copy_in(conn, copy, reading.piece_chunks(piece, plan.copy))
         read.append((piece, total))
         before, total = total, total + loaded
         for check in checks:
@@ -291,5 +293,5 @@ def _replay(conn: DatabaseConnection, plan: LoadPlan, checks: list[_Check]) -> F
 def _line(plan: LoadPlan, read: list[tuple[Piece, int]], row: int) -> tuple[str, int]:
     """The file and first physical line of replayed row number ``row``."""
     piece, before = next((p, b) for p, b in reversed(read) if b < row)
-    first, _last = sources.locate(piece, row - before, plan.copy, numbering="records")
+    first, _last = lines.record_lines(piece, row - before, plan.copy, numbering="records")
     return piece.path, first

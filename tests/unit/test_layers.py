@@ -71,24 +71,13 @@ LAZY_IMPORTS_ALLOWED = 2
 PENDING: set[tuple[str, str]] = {
     # split_name moves to naming
     (f"{PACKAGE}.planning", f"{PACKAGE}.target.catalog"),
-    # parquet.py's COPY half moves to loading/parquet_copy.py
-    (f"{PACKAGE}.parquet", f"{PACKAGE}.sql"),
-    (f"{PACKAGE}.parquet", f"{PACKAGE}.db.translate"),
-    (f"{PACKAGE}.parquet", f"{PACKAGE}.db.driver"),
 }
 
 #: imports inside functions below the Airflow layer, in modules being moved (same rule)
-PENDING_LAZY: set[tuple[str, str]] = {
-    (f"{PACKAGE}.objects", f"{PACKAGE}.errors"),
-}
+PENDING_LAZY: set[tuple[str, str]] = set()
 
 #: private names used across modules by modules that are being moved (same rule as PENDING)
-PENDING_PRIVATE: set[tuple[str, str]] = {
-    (f"{PACKAGE}.ranges", f"{PACKAGE}.splitting._Reader"),
-    (f"{PACKAGE}.ranges", f"{PACKAGE}.splitting._CsvCursor"),
-    (f"{PACKAGE}.ranges", f"{PACKAGE}.splitting._TextCursor"),
-    (f"{PACKAGE}.parquet", f"{PACKAGE}.sources._pack"),
-}
+PENDING_PRIVATE: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,8 @@ from decimal import Decimal
 import pytest
 from servers import require
 
-from airflow_pg_bulk import parquet
 from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.source import parquet
 
 pa = require("pyarrow", "needs airflow-pg-bulk[parquet]")
 

@@ -1,6 +1,6 @@
-"""Splitting without a scan (airflow_pg_bulk.ranges, realign): bounded reads in prepare, and the
-chain check + repair giving exactly the record starts of today's exact splitter (the oracle,
-splitting.record_starts), over random files and split points."""
+"""Splitting without a scan (airflow_pg_bulk.source.window, realign): bounded reads in prepare,
+and the chain check + repair giving exactly the record starts of today's exact splitter (the oracle,
+boundaries.record_starts), over random files and split points."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from airflow_pg_bulk import ranges, sources
 from airflow_pg_bulk.plan import CopyOptions, Partition, Piece
-from airflow_pg_bulk.splitting import RecordSyntax, record_starts
+from airflow_pg_bulk.source import boundaries, cutting, lines, listing, window
+from airflow_pg_bulk.source.boundaries import record_starts
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 SYNTAXES = {
     "csv": RecordSyntax(),
@@ -70,7 +71,7 @@ def _chain(path: Path, data: bytes, syntax: RecordSyntax, count: int, start: int
     """What prepare, the COPY tasks' end checks and finalize's repair make of a file: the
     record starts the pieces end up with."""
     with open(path, "rb") as f:
-        found, _ = ranges.split_points(f, start, len(data), count, syntax)
+        found, _ = window.split_points(f, start, len(data), count, syntax)
     bounds = [start, *(b.offset for b in found), len(data)]
     pieces = [
         Piece(str(path), a, b, 1 if a == start else 0, speculative=True)
@@ -79,9 +80,9 @@ def _chain(path: Path, data: bytes, syntax: RecordSyntax, count: int, start: int
     # a COPY task marks its piece misaligned when its last record does not end at its end
     with open(path, "rb") as f:
         size = len(data)
-        misaligned = [p for p in pieces if not ranges.ends_cleanly(f, size, p.start, p.end, syntax)]
+        misaligned = [p for p in pieces if not window.ends_cleanly(f, size, p.start, p.end, syntax)]
         if misaligned:
-            exact = ranges.exact_pieces(pieces, syntax, f, size)
+            exact = window.exact_pieces(pieces, syntax, f, size)
             pieces = [exact[p] for p in pieces]
     return [p.start for p in pieces] + [len(data)]
 
@@ -111,9 +112,9 @@ def test_prepare_reads_a_bounded_number_of_bytes_per_split_point() -> None:
     row = b'1,"a quoted\nfield, with a newline",plain text here\r\n'
     data = row * 200_000  # 10 MB
     f = CountingFile(data)
-    found, nread = ranges.split_points(f, 0, len(data), 4, RecordSyntax())
+    found, nread = window.split_points(f, 0, len(data), 4, RecordSyntax())
     assert len(found) == 3
-    assert f.read_bytes == nread <= 3 * (ranges.WINDOW + 1)
+    assert f.read_bytes == nread <= 3 * (window.WINDOW + 1)
     # the guesses are right for such a file: each is a row start
     assert all(b.offset % len(row) == 0 and not b.exact for b in found)
 
@@ -121,10 +122,10 @@ def test_prepare_reads_a_bounded_number_of_bytes_per_split_point() -> None:
 def test_text_format_boundaries_are_exact() -> None:
     data = b"a\\\nb\tc\n" * 50_000
     f = CountingFile(data)
-    found, _ = ranges.split_points(f, 0, len(data), 4, RecordSyntax("text"))
+    found, _ = window.split_points(f, 0, len(data), 4, RecordSyntax("text"))
     assert [b.exact for b in found] == [True] * 3
     assert all(b.offset % 7 == 0 for b in found)
-    assert f.read_bytes <= 3 * (ranges.WINDOW + 4097)
+    assert f.read_bytes <= 3 * (window.WINDOW + 4097)
 
 
 def test_a_wrong_guess_is_repaired_by_the_chain(tmp_path: Path) -> None:
@@ -132,8 +133,8 @@ def test_a_wrong_guess_is_repaired_by_the_chain(tmp_path: Path) -> None:
     inside it, the piece before it does not end cleanly, and the repair moves the bound."""
     data = b"1,x\n" + b'2,"' + b"y\n" * 100_000 + b'"\n3,z\n'
     f = CountingFile(data)
-    found, nread = ranges.split_points(f, 0, len(data), 2, RecordSyntax())
-    assert nread <= ranges.WINDOW + 1
+    found, nread = window.split_points(f, 0, len(data), 2, RecordSyntax())
+    assert nread <= window.WINDOW + 1
     assert [b.offset for b in found] != [len(data) - 4]  # wrong: inside the quoted field
     path = tmp_path / "f.csv"
     path.write_bytes(data)
@@ -146,8 +147,8 @@ def test_plan_partitions_reads_no_whole_file(tmp_path: Path, monkeypatch) -> Non
     path = tmp_path / "big.csv"
     path.write_bytes(row * 100_000)
     calls: list[str] = []
-    for name in ("record_starts", "count_newlines"):
-        real = getattr(sources.splitting, name)
+    for module, name in ((boundaries, "record_starts"), (lines, "count_newlines")):
+        real = getattr(module, name)
 
         def spy(*args, _real=real, _name=name, **kwargs):
             if _name == "count_newlines" and args[1:3] == (0, 0):
@@ -155,9 +156,9 @@ def test_plan_partitions_reads_no_whole_file(tmp_path: Path, monkeypatch) -> Non
             calls.append(_name)
             return _real(*args, **kwargs)
 
-        monkeypatch.setattr(sources.splitting, name, spy)
-    files = sources.resolve(str(path))
-    parts = sources.plan_partitions(files, CopyOptions(), 4)
+        monkeypatch.setattr(module, name, spy)
+    files = listing.list_sources(str(path))
+    parts = cutting.plan_partitions(files, CopyOptions(), 4)
     assert calls == []
     pieces = sorted((p for part in parts for p in part.pieces), key=lambda p: p.start)
     assert len(pieces) == 4 and all(p.speculative for p in pieces)

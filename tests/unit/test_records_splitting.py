@@ -1,4 +1,5 @@
-"""airflow_pg_bulk.records, splitting and charsets: pure functions on bytes (no server)."""
+"""airflow_pg_bulk.source: records, boundaries, lines, header and charsets: pure functions on
+bytes (no server)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import io
 
 import pytest
 
-from airflow_pg_bulk import charsets, records, splitting
-from airflow_pg_bulk.records import MarkerRule, RecordCounter, RecordError
-from airflow_pg_bulk.splitting import RecordSyntax
+from airflow_pg_bulk.source import boundaries, charsets, header, lines, records
+from airflow_pg_bulk.source.records import MarkerRule, RecordCounter, RecordError
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 CSV = RecordSyntax("csv")
 TEXT = RecordSyntax("text")
@@ -54,7 +55,7 @@ def test_marker_rules_per_format_and_version() -> None:
 def test_record_starts_skip_quoted_newlines(tmp_path) -> None:
     path = tmp_path / "f.csv"
     path.write_bytes(b'a,"x\ny"\nb,c\n')
-    assert splitting.record_starts(str(path), [0, 3, 9, 12], CSV) == [0, 8, 12, 12]
+    assert boundaries.record_starts(str(path), [0, 3, 9, 12], CSV) == [0, 8, 12, 12]
 
 
 def test_record_line_numbers_count_physical_lines(tmp_path) -> None:
@@ -63,18 +64,18 @@ def test_record_line_numbers_count_physical_lines(tmp_path) -> None:
     path.write_bytes(data)
     # COPY of the range after the header counts the quoted LF too: its "line 4" is record 3,
     # on file line 5; its "line 3" is record 2, on lines 3-4
-    assert splitting.record_line_numbers(str(path), 2, len(data), 4, CSV) == (5, 5)
-    assert splitting.record_line_numbers(str(path), 2, len(data), 3, CSV) == (3, 4)
-    by_count = splitting.record_line_numbers(str(path), 2, len(data), 3, CSV, numbering="records")
+    assert lines.record_line_numbers(str(path), 2, len(data), 4, CSV) == (5, 5)
+    assert lines.record_line_numbers(str(path), 2, len(data), 3, CSV) == (3, 4)
+    by_count = lines.record_line_numbers(str(path), 2, len(data), 3, CSV, numbering="records")
     assert by_count == (5, 5)
 
 
 def test_first_record_and_header() -> None:
     reader = io.BytesIO(b'"a,b",c\r\n1,2\r\n')
-    record = splitting.first_record(reader, CSV)
+    record = boundaries.first_record(reader, CSV)
     assert record == b'"a,b",c\r\n'
-    assert splitting.parse_header(record, CSV, delimiter=",", encoding="UTF8") == ["a,b", "c"]
-    assert splitting.detect_newline(io.BytesIO(b'"x\ny"\r\n'), CSV) == b"\r\n"
+    assert header.parse_header(record, CSV, delimiter=",", encoding="UTF8") == ["a,b", "c"]
+    assert boundaries.detect_newline(io.BytesIO(b'"x\ny"\r\n'), CSV) == b"\r\n"
 
 
 @pytest.mark.parametrize(
@@ -94,7 +95,6 @@ def test_first_record_and_header() -> None:
 def test_one_encoding_table(name: str, codec: str, split: bool) -> None:
     assert charsets.python_codec(name) == codec
     assert charsets.can_split(name) is split
-    assert splitting.can_split(name) is split
 
 
 def test_an_unknown_encoding() -> None:

@@ -1,7 +1,7 @@
 """Parquet sources (``format="parquet"``): local files, globs and object-storage URLs.
 
 Prepare reads only each file's footer (for an object: a few range requests through the same
-fsspec file object :mod:`~airflow_pg_bulk.objects` reads with) and cuts the files into pieces
+fsspec file object :mod:`.objects` reads with) and cuts the files into pieces
 of consecutive row groups, packed into partitions by their compressed bytes. The file's columns
 are matched by name to the target's (exactly, then case-insensitively; any order): a Parquet
 column the target lacks is refused, a target column the files lack gets its default.
@@ -35,35 +35,23 @@ pyarrow is an optional dependency: ``pip install airflow-pg-bulk[parquet]``.
 from __future__ import annotations
 
 import io
-import itertools
-import logging
 import os
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from airflow_pg_bulk import objects, sources, sql
-from airflow_pg_bulk.db import translate
-from airflow_pg_bulk.db.driver import copy_in, is_database_error, server_error
-from airflow_pg_bulk.errors import (
-    BadDataError,
-    LoadRefusedError,
-    is_data_sqlstate,
-    parse_copy_context,
-)
-from airflow_pg_bulk.plan import CopyOptions, LoadPlan, LoadRequest, Partition, Piece
-
-log = logging.getLogger(__name__)
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
+from airflow_pg_bulk.plan import CopyOptions, LoadRequest, Partition, Piece
+from airflow_pg_bulk.source import objects
+from airflow_pg_bulk.source.cutting import pack
+from airflow_pg_bulk.source.header import match_columns as match_names
+from airflow_pg_bulk.source.listing import SourceFile, SourceKind, piece_kind
 
 BATCH_ROWS = 65_536  # rows encoded at once: bounds the CSV text held next to the row group
-PROGRESS_SECONDS = 5.0
 #: how the encoded rows are read: csv, comma, unquoted empty = NULL, UTF-8 (Arrow's strings)
 COPY_CSV = CopyOptions(format="csv")
-
-ProgressCallback = Callable[[int, int], None]
 
 
 def pyarrow_modules() -> tuple[Any, Any, Any]:
@@ -95,7 +83,7 @@ class RowGroup:
 class ParquetSource:
     """What prepare read from one file's footer."""
 
-    file: sources.SourceFile
+    file: SourceFile
     names: tuple[str, ...]
     row_groups: tuple[RowGroup, ...]
 
@@ -117,15 +105,15 @@ def refuse_unsupported(request: LoadRequest) -> None:
         )
 
 
-def inspect(files: Sequence[sources.SourceFile]) -> list[ParquetSource]:
+def inspect(files: Sequence[SourceFile]) -> list[ParquetSource]:
     """Read every file's footer: its columns (checked to be loadable) and row groups; up to
-    :data:`~airflow_pg_bulk.objects.LIST_THREADS` at once (an object's takes round trips)."""
+    :data:`.objects.LIST_THREADS` at once (an object's takes round trips)."""
     with ThreadPoolExecutor(max_workers=min(objects.LIST_THREADS, max(1, len(files)))) as pool:
         return list(pool.map(_inspect, files))
 
 
-def _inspect(file: sources.SourceFile) -> ParquetSource:
-    if sources.is_stream(file.path):
+def _inspect(file: SourceFile) -> ParquetSource:
+    if file.kind is SourceKind.STREAM:
         raise LoadRefusedError(
             f"source {file.path} is a stream: a Parquet file is read from its footer first, "
             "so it must be a file or an object"
@@ -155,7 +143,7 @@ def _inspect(file: sources.SourceFile) -> ParquetSource:
                 "(there is no exact text form for them here); leave the column out of the "
                 "file, or write it as a string (JSON, say) to load into a json/text column"
             )
-    groups = tuple(_row_group(metadata, i) for i in range(metadata.num_row_groups))
+    groups = tuple(row_group(metadata, i) for i in range(metadata.num_row_groups))
     return ParquetSource(file, tuple(schema.names), groups)
 
 
@@ -198,7 +186,7 @@ def _is_binary(arrow_type: Any) -> bool:
     )
 
 
-def _row_group(metadata: Any, index: int) -> RowGroup:
+def row_group(metadata: Any, index: int) -> RowGroup:
     """A row group's rows and the bytes its column chunks span (dictionary pages included)."""
     group = metadata.row_group(index)
     starts, ends = [], []
@@ -222,7 +210,7 @@ def match_columns(layout: Sequence[ParquetSource], table_columns: Sequence[str])
     for source in layout:
         if not source.row_groups:
             continue
-        names = sources.match_columns(source.names, table_columns, what="Parquet")
+        names = match_names(source.names, table_columns, what="Parquet")
         if mapped is None:
             mapped, first = names, source
         elif set(names) != set(mapped):
@@ -252,7 +240,7 @@ def plan_partitions(layout: Sequence[ParquetSource], partitions: int) -> list[Pa
                 run = []
         if run:
             pieces.append(_piece(source, run))
-    return sources._pack(pieces, partitions, {})
+    return pack(pieces, partitions, {})
 
 
 def _piece(source: ParquetSource, run: Sequence[RowGroup]) -> Piece:
@@ -268,76 +256,19 @@ def _piece(source: ParquetSource, run: Sequence[RowGroup]) -> Piece:
     )
 
 
-# --- the COPY task ---------------------------------------------------------------------------
+# --- reading a piece -----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Sent:
-    """One batch sent to COPY: batch ``batch`` of row group ``group``, whose first row is row
-    ``row`` of the group and ``file_row`` of the file; it holds ``rows`` rows on COPY's lines
-    ``line`` (1-based, in this COPY) to ``line + lines - 1`` (COPY counts the line breaks
-    inside quoted strings too)."""
-
-    group: int
-    batch: int
-    row: int
-    file_row: int
-    rows: int
-    line: int
-    lines: int
-
-
-def copy_piece(
-    conn: Any,
-    plan: LoadPlan,
-    piece: Piece,
-    progress: ProgressCallback | None = None,
-    done: int = 0,
-    expected: int = 0,
-) -> tuple[int, int]:
-    """COPY a Parquet piece's row groups into staging, in the caller's transaction.
-
-    Returns ``(rows, bytes)``: the rows loaded and the piece's compressed bytes.
-
-    :param progress: called with ``(done + bytes read, expected)`` at most every few seconds.
-    :raises BadDataError: a value PostgreSQL cannot convert (naming file, row group, row and
-        column), or rows lost between the file and the server.
-    :raises SourceChangedError: the file is not what prepare read."""
-    t = plan.target
-    statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, COPY_CSV)
-    sent: list[_Sent] = []
-    with _opened(piece) as parquet_file:
-        names = _file_columns(parquet_file.schema_arrow.names, plan.columns)
-        log.info(
-            "Reading %s row groups %s (%.1f MB)",
-            piece.path,
-            _groups_text(piece.row_groups),
-            (piece.size or 0) / 1e6,
-        )
-        chunks = _encoded(parquet_file, piece, names, sent, progress, done, expected)
-        try:
-            loaded = copy_in(conn, statement, chunks)
-        except Exception as exc:
-            raise _copy_error(exc, plan, piece, sent, parquet_file, names) from exc
-    rows = sum(s.rows for s in sent)
-    if loaded != rows:
-        raise BadDataError(
-            f"{piece.path} row groups {_groups_text(piece.row_groups)}: COPY reported {loaded} "
-            f"rows where {rows} were sent. Nothing of this load reached {t.qualified}.",
-            path=piece.path,
-        )
-    return loaded, piece.size or 0
-
-
-def _groups_text(groups: Sequence[int]) -> str:
+def groups_text(groups: Sequence[int]) -> str:
+    """Row groups as a message names them: ``3`` or ``3-5``."""
     return f"{groups[0]}-{groups[-1]}" if len(groups) > 1 else str(groups[0])
 
 
 @contextmanager
-def _opened(piece: Piece) -> Iterator[Any]:
+def open_piece(piece: Piece) -> Iterator[Any]:
     """The piece's file opened with pyarrow, checked to be the file prepare read."""
     _pa, pq, _csv = pyarrow_modules()
-    if objects.is_url(piece.path):
+    if piece_kind(piece) is SourceKind.OBJECT:
         with objects.open_checked(piece.path, piece.conn_id, piece.source_size, piece.etag) as raw:
             parquet_file = pq.ParquetFile(raw)
             _check_row_groups(parquet_file, piece)
@@ -357,17 +288,17 @@ def _opened(piece: Piece) -> Iterator[Any]:
 def _check_row_groups(parquet_file: Any, piece: Piece) -> None:
     metadata = parquet_file.metadata
     if max(piece.row_groups) < metadata.num_row_groups:
-        groups = [_row_group(metadata, i) for i in piece.row_groups]
+        groups = [row_group(metadata, i) for i in piece.row_groups]
         if (min(g.start for g in groups), max(g.end for g in groups)) == (piece.start, piece.end):
             return
     raise objects.SourceChangedError(
         f"source {piece.path} changed after prepare read it (its row groups "
-        f"{_groups_text(piece.row_groups)} are not where they were); nothing of this "
+        f"{groups_text(piece.row_groups)} are not where they were); nothing of this "
         "partition was committed. Run the load again"
     )
 
 
-def _file_columns(file_names: Sequence[str], columns: Sequence[str]) -> list[str]:
+def file_columns(file_names: Sequence[str], columns: Sequence[str]) -> list[str]:
     """The file's column for each target column, by the rule prepare matched them with."""
     found = []
     for column in columns:
@@ -381,42 +312,7 @@ def _file_columns(file_names: Sequence[str], columns: Sequence[str]) -> list[str
     return found
 
 
-def _encoded(
-    parquet_file: Any,
-    piece: Piece,
-    names: Sequence[str],
-    sent: list[_Sent],
-    progress: ProgressCallback | None,
-    done: int,
-    expected: int,
-) -> Iterator[bytes]:
-    """The piece's rows as CSV, a batch at a time; ``sent`` grows as they go."""
-    metadata = parquet_file.metadata
-    before = [0]
-    for i in range(metadata.num_row_groups):
-        before.append(before[-1] + metadata.row_group(i).num_rows)
-    line = 1
-    read = 0
-    last = time.monotonic()
-    for group in piece.row_groups:
-        row = 0
-        for n, batch in enumerate(
-            _damage_named(_batches(parquet_file, group, names), piece, group)
-        ):
-            arrays = text_arrays(batch, names)
-            lines = batch.num_rows + _newlines(arrays)
-            sent.append(_Sent(group, n, row, before[group] + row, batch.num_rows, line, lines))
-            yield encode(arrays, names, piece.path, group, row)
-            row += batch.num_rows
-            line += lines
-        read += _row_group(metadata, group).end - _row_group(metadata, group).start
-        now = time.monotonic()
-        if progress and now - last >= PROGRESS_SECONDS:
-            last = now
-            progress(done + read, expected)
-
-
-def _damage_named(batches: Iterator[Any], piece: Piece, group: int) -> Iterator[Any]:
+def damage_named(batches: Iterator[Any], piece: Piece, group: int) -> Iterator[Any]:
     """The batches of a row group; one that Arrow finds damaged (a page header or page it
     cannot decode: Arrow raises ArrowInvalid or a plain OSError) names the file and the row
     group: terminal, as bad data is."""
@@ -432,7 +328,7 @@ def _damage_named(batches: Iterator[Any], piece: Piece, group: int) -> Iterator[
         ) from exc
 
 
-def _batches(parquet_file: Any, group: int, names: Sequence[str]) -> Iterator[Any]:
+def batches(parquet_file: Any, group: int, names: Sequence[str]) -> Iterator[Any]:
     """A row group's rows in batches of at most :data:`BATCH_ROWS` rows."""
     return parquet_file.iter_batches(
         batch_size=BATCH_ROWS, row_groups=[group], columns=list(names), use_threads=False
@@ -450,7 +346,7 @@ def _strings(arrays: Sequence[Any]) -> list[Any]:
     return [a for a in arrays if pa.types.is_string(a.type) or pa.types.is_large_string(a.type)]
 
 
-def _newline_counts(arrays: Sequence[Any]) -> list[int]:
+def newline_counts(arrays: Sequence[Any]) -> list[int]:
     """Per row, the line breaks inside its strings (COPY counts them as lines)."""
     import pyarrow.compute as pc
 
@@ -461,7 +357,7 @@ def _newline_counts(arrays: Sequence[Any]) -> list[int]:
     return counts
 
 
-def _newlines(arrays: Sequence[Any]) -> int:
+def newlines(arrays: Sequence[Any]) -> int:
     """The line breaks inside the strings of a batch."""
     import pyarrow.compute as pc
 
@@ -521,39 +417,3 @@ def _encode_error(
         path=path,
         column=column,
     )
-
-
-def _copy_error(
-    exc: Exception,
-    plan: LoadPlan,
-    piece: Piece,
-    sent: Sequence[_Sent],
-    parquet_file: Any,
-    names: Sequence[str],
-) -> Exception:
-    """A data error named by file, row group, row and column; anything else as any COPY's."""
-    if not is_database_error(exc):
-        return exc
-    err = server_error(exc)
-    if not is_data_sqlstate(err.sqlstate):
-        return translate.copy_error(exc, plan, piece)
-    line, column, quoted = parse_copy_context(err.context)
-    where = piece.path
-    batch = next((s for s in sent if line and s.line <= line < s.line + s.lines), None)
-    if batch is not None:
-        offset = _row_at(parquet_file, names, batch, line)
-        where += (
-            f" row group {batch.group}, row {batch.row + offset} "
-            f"(row {batch.file_row + offset} of the file; both counted from 0)"
-        )
-    return translate.bad_value(err, plan, piece.path, where, column, quoted)
-
-
-def _row_at(parquet_file: Any, names: Sequence[str], sent: _Sent, line: int) -> int:
-    """Which row of a batch sent is on COPY's ``line``: the batch is read again and its
-    strings' line breaks counted (none: the row is the line's offset)."""
-    if sent.lines == sent.rows:
-        return line - sent.line
-    batch = next(itertools.islice(_batches(parquet_file, sent.group, names), sent.batch, None))
-    ends = itertools.accumulate(1 + n for n in _newline_counts(text_arrays(batch, names)))
-    return next(k for k, end in enumerate(ends) if sent.line + end > line)

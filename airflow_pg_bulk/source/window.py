@@ -34,8 +34,9 @@ import re
 from collections.abc import Sequence
 from typing import IO, Any
 
-from airflow_pg_bulk import splitting
 from airflow_pg_bulk.plan import Piece
+from airflow_pg_bulk.source.scanner import NEWLINE_RE, Reader, backslashes_before, cursor
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +61,7 @@ def split_points(
     start: int,
     size: int,
     count: int,
-    syntax: splitting.RecordSyntax,
+    syntax: RecordSyntax,
     delimiter: bytes = b",",
 ) -> tuple[list[Boundary], int]:
     """Record starts cutting ``[start, size)`` of a seekable binary file into about ``count``
@@ -83,7 +84,7 @@ def split_points(
 
 
 def find_boundary(
-    f: IO[bytes], t: int, size: int, syntax: splitting.RecordSyntax, delimiter: bytes = b","
+    f: IO[bytes], t: int, size: int, syntax: RecordSyntax, delimiter: bytes = b","
 ) -> tuple[Boundary | None, int]:
     """The first record start at or after offset ``t`` (``0 < t < size``), as a window of at
     most :data:`MAX_WINDOW` bytes from ``t - 1`` tells it, and the bytes read; None when the
@@ -94,7 +95,7 @@ def find_boundary(
         lo = t - 1
         carry = 0
         if not syntax.is_csv:
-            carry, back = _backslashes_before(f, lo)
+            carry, back = backslashes_before(f, lo, limit=MAX_WINDOW)
             nread += back
             if carry is None:
                 return None, nread
@@ -116,30 +117,11 @@ def find_boundary(
         window = min(window * 4, MAX_WINDOW)
 
 
-def _backslashes_before(f: IO[bytes], pos: int) -> tuple[int | None, int]:
-    """The run of backslashes ending right before ``pos`` (None: longer than the window
-    allows) and the bytes read."""
-    lo = max(0, pos - MAX_WINDOW)
-    run = 0
-    nread = 0
-    while pos > lo:
-        a = max(lo, pos - 4096)
-        f.seek(a)
-        block = f.read(pos - a)
-        nread += len(block)
-        stripped = len(block.rstrip(b"\\"))
-        run += len(block) - stripped
-        if stripped:
-            return run, nread
-        pos = a
-    return (run if lo == 0 else None), nread
-
-
 def _text_start(data: bytes, n: int, carry: int) -> int | None:
     """The end of the first unescaped terminator in ``data[:n]`` (``data[n:]``: look-ahead)."""
     pos = 0
     while True:
-        m = _NEWLINE.search(data, pos, n)
+        m = NEWLINE_RE.search(data, pos, n)
         if m is None:
             return None
         k = m.start()
@@ -161,10 +143,7 @@ def _terminator_end(data: bytes, k: int) -> int:
     return k + 1
 
 
-_NEWLINE = re.compile(b"[\r\n]")
-
-
-def _csv_guess(data: bytes, n: int, syntax: splitting.RecordSyntax, delimiter: bytes) -> int | None:
+def _csv_guess(data: bytes, n: int, syntax: RecordSyntax, delimiter: bytes) -> int | None:
     """The first record start in ``data[:n]`` under the more plausible quote state at its
     first byte (outside quotes when both are as plausible); None when that state finds none."""
     best: tuple[int, int] | None = None
@@ -176,7 +155,7 @@ def _csv_guess(data: bytes, n: int, syntax: splitting.RecordSyntax, delimiter: b
 
 
 def _csv_scan(
-    data: bytes, n: int, syntax: splitting.RecordSyntax, delimiter: bytes, inside: bool
+    data: bytes, n: int, syntax: RecordSyntax, delimiter: bytes, inside: bool
 ) -> tuple[int | None, int]:
     """Scan ``data[:n]`` from quote state ``inside``: the first record start, and how many
     quotes sit where a csv writer would not put them (an opening quote inside a field, a
@@ -209,41 +188,36 @@ def _csv_scan(
 
 
 def exact_starts(
-    f: IO[bytes], size: int, begin: int, targets: Sequence[int], syntax: splitting.RecordSyntax
+    f: IO[bytes], size: int, begin: int, targets: Sequence[int], syntax: RecordSyntax
 ) -> list[int]:
     """For each ascending target, the first record start at or after it, read exactly from
     ``begin`` (a known record start) with the exact splitter; ``f`` is a seekable binary file
     of ``size`` bytes."""
     out: list[int] = []
     f.seek(begin)
-    reader = splitting._Reader(f, begin, limit=size)
-    cursor = (
-        splitting._CsvCursor(reader, syntax) if syntax.is_csv else splitting._TextCursor(reader, 0)
-    )
+    scan = cursor(Reader(f, begin, limit=size), syntax)
     at = begin
     for t in targets:
         while at < t:
-            found = cursor.next_record()
+            found = scan.next_record()
             at = size if found is None else found[1]
         out.append(at)
     return out
 
 
-def ends_cleanly(
-    f: IO[bytes], size: int, start: int, end: int, syntax: splitting.RecordSyntax
-) -> bool:
+def ends_cleanly(f: IO[bytes], size: int, start: int, end: int, syntax: RecordSyntax) -> bool:
     """Whether, read from ``start`` as a record start, a record starts exactly at ``end``."""
     return end == start or exact_starts(f, size, start, [end], syntax) == [end]
 
 
-def is_record_start(f: IO[bytes], size: int, offset: int, syntax: splitting.RecordSyntax) -> bool:
+def is_record_start(f: IO[bytes], size: int, offset: int, syntax: RecordSyntax) -> bool:
     """Whether a record starts at ``offset``, read exactly from the start of the file (the
     serial scan: only on a failure path)."""
     return offset == 0 or exact_starts(f, size, 0, [offset], syntax) == [offset]
 
 
 def exact_pieces(
-    pieces: Sequence[Piece], syntax: splitting.RecordSyntax, f: IO[bytes], size: int
+    pieces: Sequence[Piece], syntax: RecordSyntax, f: IO[bytes], size: int
 ) -> dict[Piece, Piece]:
     """The pieces of one file (``f``, ``size`` bytes), each mapped to its exact version (not
     speculative): piece 0 starts at a known record start, and every guessed start after it is

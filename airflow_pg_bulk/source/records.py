@@ -35,7 +35,9 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 
-from airflow_pg_bulk import charsets, splitting
+from airflow_pg_bulk.source import charsets
+from airflow_pg_bulk.source.boundaries import first_terminator
+from airflow_pg_bulk.source.syntax import RecordSyntax
 
 _HOLD = 5  # bytes kept back for look-ahead: a CR LF, then "\.\r\n", checked from the CR LF
 _FIRST_RECORD_LIMIT = 256 << 20  # bytes held at most while the first line ending is unknown
@@ -95,7 +97,7 @@ class RecordCounter:
 
     def __init__(
         self,
-        syntax: splitting.RecordSyntax,
+        syntax: RecordSyntax,
         rule: MarkerRule,
         *,
         first_line: int = 1,
@@ -208,7 +210,7 @@ class RecordCounter:
 
     def _find_eol(self, buf: bytes, *, final: bool) -> bool:
         """Take the line ending from the first record's terminator; False: not known yet."""
-        found = splitting.first_terminator(buf, self._syntax)
+        found = first_terminator(buf, self._syntax)
         if found is None:
             if final:
                 self._eol = b"\n"  # one unterminated record: no line ending to agree on

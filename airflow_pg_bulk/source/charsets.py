@@ -177,3 +177,12 @@ def python_codec(encoding: str) -> str:
         return codecs.lookup(encoding).name
     except LookupError:
         raise ValueError(f"no Python codec for encoding {encoding!r}") from None
+
+
+def python_encoding(pg_encoding: str) -> str:
+    """Python's codec for a PostgreSQL encoding name (:func:`python_codec`); a name without one
+    is returned as is."""
+    try:
+        return python_codec(pg_encoding)
+    except ValueError:
+        return pg_encoding

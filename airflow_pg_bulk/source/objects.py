@@ -5,7 +5,7 @@ A URL is listed by prepare (globs over prefixes, ``**`` allowed) and each object
 whole piece that records the object's size and ETag; the COPY task that owns it opens it again,
 checks both, and streams it straight into COPY in chunks (decompressing a gzip object on the
 way): nothing is written to disk and memory stays at about :data:`BLOCK_SIZE` per object. A big
-uncompressed object is cut into byte ranges (:mod:`~airflow_pg_bulk.ranges`): prepare reads a
+uncompressed object is cut into byte ranges (:mod:`.window`): prepare reads a
 window at each split point (:func:`open_seekable`) and each COPY task reads only its range.
 
 Credentials: ``conn_id`` names an Airflow connection (``aws`` for ``s3://``; its extra
@@ -35,15 +35,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
 
-from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.source.syntax import GLOB_CHARS
 
 log = logging.getLogger(__name__)
 
 BLOCK_SIZE = 8 << 20  # bytes per range request while streaming an object into COPY
 HEADER_BLOCK = 64 << 10  # bytes per range request while prepare reads a header
 LIST_THREADS = 8  # objects whose first bytes prepare reads at once
-GZIP_MAGIC = b"\x1f\x8b"
-_GLOB_CHARS = frozenset("*?[")
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AZURE_STORAGE_KEY")
 _ENV_PREFIXES = ("AWS_", "GOOGLE_", "AZURE_", "AIRFLOW_CONN_")
@@ -180,7 +179,7 @@ def list_objects(url: str, conn_id: str | None) -> list[tuple[str, int, str | No
     where = _path(url, conn_id)
     fs, key, conn_id = where.fs, where.key, where.conn_id
     try:
-        if _GLOB_CHARS & set(key):
+        if GLOB_CHARS & set(key):
             found = fs.glob(key, detail=True)
             files = {n: i for n, i in sorted(found.items()) if i.get("type") != "directory"}
             if not files:
@@ -425,8 +424,6 @@ def _range_chunks(raw: _Counting, length: int, chunk_size: int) -> Iterator[byte
 
 
 def _damaged(url: str, exc: BaseException) -> Exception:
-    from airflow_pg_bulk.errors import BadDataError
-
     return BadDataError(
         f"{url}: the gzip stream is damaged or truncated ({exc}); nothing of this load reached "
         "the target",

@@ -1,0 +1,1 @@
+"""source: find, inspect, cut and read the input; never a database."""
