@@ -7,9 +7,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.codes import ConstraintKind, RelKind
 from airflow_pg_bulk.driver import execute, is_database_error, scalar, server_error
 from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.naming import split_name  # noqa: F401 (steps calls catalog.split_name)
 from airflow_pg_bulk.plan import (
     Column,
     ConstraintDef,
@@ -22,33 +22,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     TriggerDef,
 )
-
-
-def split_name(name: str) -> tuple[str, str]:
-    """``"schema.table"`` → (schema, table); a bare name means ``public``.
-
-    Quote a part that contains a dot with double quotes, as in SQL: ``'"my.schema"."t"'``.
-    """
-    parts: list[str] = []
-    current, quoted, i = "", False, 0
-    while i < len(name):
-        ch = name[i]
-        if ch == '"':
-            if quoted and name[i + 1 : i + 2] == '"':
-                current += '"'
-                i += 1
-            else:
-                quoted = not quoted
-        elif ch == "." and not quoted:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-        i += 1
-    parts.append(current)
-    if quoted or len(parts) > 2 or not all(parts):
-        raise ValueError(f"table must be 'schema.table' or 'table', not {name!r}")
-    return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
+from airflow_pg_bulk.plan.codes import ConstraintKind, RelKind
 
 
 def capture(conn: Any, schema: str, table: str, *, as_partition: bool = False) -> TargetDefinition:

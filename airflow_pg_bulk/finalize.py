@@ -22,7 +22,6 @@ from airflow_pg_bulk import (
     naming,
     offenders,
     partitioned,
-    planning,
     realign,
     rebuild,
     sql,
@@ -30,7 +29,6 @@ from airflow_pg_bulk import (
     translate,
     upsert,
 )
-from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
 from airflow_pg_bulk.driver import execute, execute_count, rollback_quietly, scalar, server_error
 from airflow_pg_bulk.errors import (
     BadDataError,
@@ -38,8 +36,9 @@ from airflow_pg_bulk.errors import (
     IncompleteLoadError,
     LoadRefusedError,
 )
-from airflow_pg_bulk.figures import LoadSummary, PhaseClock
-from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, TargetDefinition
+from airflow_pg_bulk.plan import ConstraintDef, LoadPlan, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import ConstraintKind, Identity, Persistence, TriggerState
+from airflow_pg_bulk.plan.figures import LoadSummary, PhaseClock
 
 log = logging.getLogger(__name__)
 

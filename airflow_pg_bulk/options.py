@@ -259,6 +259,11 @@ BY_NAME: dict[str, LoadOption] = {opt.name: opt for opt in OPTIONS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 
 
+def default(name: str) -> Any:
+    """The declared default of option ``name`` (what the plan's dataclass fields default to)."""
+    return BY_NAME[name].default
+
+
 def in_group(group: str) -> tuple[str, ...]:
     """The names of the options of one group (``copy``, ``settings``, ``errors``, ``request``)."""
     return tuple(opt.name for opt in OPTIONS if opt.group == group)

@@ -74,11 +74,9 @@ from airflow_pg_bulk import (
     locking,
     naming,
     offenders,
-    planning,
     sql,
     translate,
 )
-from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.driver import (
     close_cancelling,
     execute,
@@ -89,8 +87,9 @@ from airflow_pg_bulk.driver import (
     server_version,
 )
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
-from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition
+from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import Identity, Persistence
+from airflow_pg_bulk.plan.figures import PhaseClock
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from airflow_pg_bulk import ranges, records, sources, sql
 from airflow_pg_bulk.driver import execute, rollback_quietly
-from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
+from airflow_pg_bulk.plan.figures import PartitionResult
 
 log = logging.getLogger(__name__)
 

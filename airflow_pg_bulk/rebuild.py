@@ -2,7 +2,7 @@
 the loaded rows, indexed and constrained as the target is, then swapped in as a replace does.
 
 prepare resolves the strategy (:func:`resolve`: the pure cost model is
-:func:`airflow_pg_bulk.planning.choose_strategy`; a rebuild needs a replace's privileges).
+:func:`airflow_pg_bulk.plan.planning.choose_strategy`; a rebuild needs a replace's privileges).
 finalize (:func:`finalize_rebuild`) works in ONE transaction, under ``lock_timeout`` and the
 target's advisory lock:
 
@@ -32,11 +32,11 @@ import dataclasses
 import logging
 from typing import Any
 
-from airflow_pg_bulk import finalize, history, naming, planning, sql, upsert
-from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence
+from airflow_pg_bulk import finalize, history, naming, sql, upsert
 from airflow_pg_bulk.driver import execute, execute_count, scalar, server_version
-from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import ConstraintKind, Identity, Persistence
+from airflow_pg_bulk.plan.figures import PhaseClock
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,18 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from airflow_pg_bulk import fanout, figures, naming, steps
+from airflow_pg_bulk import fanout, naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.driver import close_cancelling, connect
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.figures import LoadSummary
-from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, LoadPlan, Mode, request_from_options
+from airflow_pg_bulk.plan import (
+    DEFAULT_PARTITION_BYTES,
+    LoadPlan,
+    Mode,
+    figures,
+    request_from_options,
+)
+from airflow_pg_bulk.plan.figures import LoadSummary
 
 log = logging.getLogger(__name__)
 
@@ -276,7 +282,7 @@ def load(
 
 
 def _schema_of(table: str) -> str:
-    from airflow_pg_bulk.catalog import split_name
+    from airflow_pg_bulk.naming import split_name
 
     try:
         return split_name(table)[0]

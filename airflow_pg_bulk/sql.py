@@ -17,8 +17,8 @@ from typing import Any
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
-from airflow_pg_bulk.codes import ConstraintKind, TriggerState
 from airflow_pg_bulk.plan import CopyOptions
+from airflow_pg_bulk.plan.codes import ConstraintKind, TriggerState
 
 __all__ = ["Composable"]
 

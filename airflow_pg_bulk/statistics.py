@@ -16,8 +16,8 @@ from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.driver import execute
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.figures import PhaseClock
 
 log = logging.getLogger(__name__)
 

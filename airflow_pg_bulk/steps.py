@@ -2,7 +2,7 @@
 
 Each takes an open DB-API connection (psycopg 3 or psycopg2) and plain data, and knows nothing
 of Airflow: the operators, the in-process runner and the tests all call these functions.
-prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`; finalize lives in
+prepare does the I/O around :func:`airflow_pg_bulk.plan.planning.build_plan`; finalize lives in
 :mod:`airflow_pg_bulk.finalize` and is re-exported here; driver errors are translated by
 :mod:`airflow_pg_bulk.translate`.
 """
@@ -23,7 +23,6 @@ from airflow_pg_bulk import (
     naming,
     parquet,
     partitioned,
-    planning,
     realign,
     rebuild,
     records,
@@ -48,9 +47,17 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
 )
-from airflow_pg_bulk.figures import LoadSummary, PartitionResult
 from airflow_pg_bulk.finalize import check_ledger_plan, finalize, missing_partitions
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, Piece, RunOrder, Settings
+from airflow_pg_bulk.plan import (
+    LoadPlan,
+    LoadRequest,
+    Partition,
+    Piece,
+    RunOrder,
+    Settings,
+    planning,
+)
+from airflow_pg_bulk.plan.figures import LoadSummary, PartitionResult
 
 __all__ = [
     "LoadRefusedError",

@@ -334,7 +334,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         )
 
     def execute(self, context: Context) -> list[int]:
-        from airflow_pg_bulk import figures
+        from airflow_pg_bulk.plan import figures
 
         started_at = time.time()
         try:
@@ -519,7 +519,7 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
         self.prepare_map_index = prepare_map_index
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from airflow_pg_bulk import figures
+        from airflow_pg_bulk.plan import figures
 
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
@@ -606,7 +606,7 @@ class PgBulkCleanupOperator(_PgBulkOperator):
         self.lock_timeout = lock_timeout
 
     def execute(self, context: Context) -> list[str]:
-        from airflow_pg_bulk.catalog import split_name
+        from airflow_pg_bulk.naming import split_name
 
         schema, _table = split_name(_checked_table(self.table))
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)

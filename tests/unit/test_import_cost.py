@@ -33,7 +33,7 @@ NOT_AT_PARSE = (
     "airflow_pg_bulk.steps",
     "airflow_pg_bulk.sql",
     "airflow_pg_bulk.driver",
-    "airflow_pg_bulk.figures",
+    "airflow_pg_bulk.plan.figures",
     "airflow_pg_bulk.objects",
     "airflow_pg_bulk.sources",
     "airflow_pg_bulk.splitting",

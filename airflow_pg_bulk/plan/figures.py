@@ -11,7 +11,8 @@ from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.driver import execute
-from airflow_pg_bulk.plan import LoadPlan, PlainData
+from airflow_pg_bulk.plan.load_plan import LoadPlan
+from airflow_pg_bulk.plan.plain import PlainData
 
 
 @dataclass
@@ -167,6 +168,7 @@ class LoadSummary(PlainData):
         return "\n".join(lines)
 
 
+# moved to load/ledger.py by the core branch
 def copy_span(conn: Any, plan: LoadPlan) -> tuple[float, float] | None:
     """The first COPY's start and the last COPY's end, from the ledger, on this process's
     clock (``time.time()``): the server's clock is read with them and the offset taken off.
