@@ -1,9 +1,6 @@
-"""plan: plain frozen data that crosses XCom, and the pure planning that makes it; no I/O.
+"""plan: plain frozen data that crosses XCom, and the pure planning that makes it."""
 
-This package re-exports the names of the former ``airflow_pg_bulk.plan`` module, so that
-``from airflow_pg_bulk.plan import LoadPlan`` keeps working.
-"""
-
+# the names of the former module airflow_pg_bulk.plan: `from airflow_pg_bulk.plan import X` works
 from airflow_pg_bulk.plan.codes import Mode
 from airflow_pg_bulk.plan.definition import (
     Column,

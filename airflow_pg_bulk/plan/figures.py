@@ -9,8 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pg_bulk import sql
-from airflow_pg_bulk.driver import execute
+from airflow_pg_bulk import sql  # for copy_span (moved to load/ledger.py by the core branch)
+from airflow_pg_bulk.driver import execute  # for copy_span (likewise)
 from airflow_pg_bulk.plan.load_plan import LoadPlan
 from airflow_pg_bulk.plan.plain import PlainData
 

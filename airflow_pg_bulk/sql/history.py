@@ -6,6 +6,7 @@ from collections.abc import Iterable, Sequence
 
 from psycopg.sql import SQL, Composed, Identifier, Literal
 
+from airflow_pg_bulk.plan.codes import Mode
 from airflow_pg_bulk.sql.compose import table_identifier
 from airflow_pg_bulk.sql.ledger import FINALIZED
 
@@ -168,7 +169,7 @@ def load_record(schema: str, name: str, load_id: str) -> Composed:
 
 
 #: the modes whose loads replace rows: the ordering rule compares their loads
-ORDERED_MODES = ("replace", "replace_partitions", "upsert")
+ORDERED_MODES: tuple[str, ...] = tuple(m.value for m in Mode if m.ordered_by_run)
 
 
 def newer_load(
