@@ -21,7 +21,7 @@ _LAZY = {
     "PgBulkFinalizeOperator": "airflow_pg_bulk.operators.pg_bulk",
     "PgBulkCleanupOperator": "airflow_pg_bulk.operators.pg_bulk",
     "load": "airflow_pg_bulk.runner",
-    "LoadSummary": "airflow_pg_bulk.figures",
+    "LoadSummary": "airflow_pg_bulk.plan.figures",
     "Settings": "airflow_pg_bulk.plan",
     "CopyOptions": "airflow_pg_bulk.plan",
 }

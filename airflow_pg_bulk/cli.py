@@ -18,7 +18,7 @@ import json
 import logging
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_pg_bulk import options
@@ -49,7 +49,7 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     options.add_cli_flags(p)
     p.add_argument(
         "--jobs",
-        type=_positive("--jobs"),
+        type=options.whole_number_parser(1),
         metavar="N",
         help="COPY connections at once (default: min(partitions, 4))",
     )
@@ -62,17 +62,6 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     p.add_argument(
         "--json", action="store_true", help="print the summary as JSON (default: as text)"
     )
-
-
-def _positive(flag: str) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        if not text.isdigit() or int(text) < 1:
-            raise argparse.ArgumentTypeError(
-                f"{flag} takes a whole number of 1 or more, not {text!r}"
-            )
-        return int(text)
-
-    return parse
 
 
 def _demo_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:

@@ -80,7 +80,8 @@ class ConstraintViolationError(PgBulkError):
 
     :param message: the explanation: constraint, key, and the file and line of an offending
         row (both rows of a duplicate key loaded twice) when they were found.
-    :param rows: (file, line) of each offending row found (see :mod:`airflow_pg_bulk.offenders`).
+    :param rows: (file, line) of each offending row found (see
+        :mod:`airflow_pg_bulk.target.violations`).
     :param in_target: the row conflicts with a row the target already holds.
     """
 

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 if TYPE_CHECKING:
-    from airflow_pg_bulk.figures import LoadSummary
     from airflow_pg_bulk.plan import LoadPlan
+    from airflow_pg_bulk.plan.figures import LoadSummary
 
 DEFAULT_PORT = 5432
 
@@ -38,7 +38,7 @@ def asset_extra(plan: LoadPlan, summary: LoadSummary) -> dict[str, Any]:
     """What the Asset event says of the load."""
     return {
         "load_id": plan.load_id,
-        "mode": plan.mode,
+        "mode": plan.mode.value,  # a plain text in the event's JSON
         "rows": summary.rows,
         "bytes": summary.bytes,
         "rejects": summary.rejects,
@@ -71,7 +71,7 @@ def operator_lineage(plan: LoadPlan, summary: LoadSummary, uri: str) -> Any:
             fields=[SchemaDatasetFacetFields(name=c.name, type=c.type) for c in plan.target.columns]
         ),
     }
-    if plan.mode == "replace":
+    if plan.mode.whole_target:
         facets["lifecycleStateChange"] = LifecycleStateChangeDatasetFacet(
             lifecycleStateChange=LifecycleStateChange.OVERWRITE
         )

@@ -1,24 +1,32 @@
 """The one declaration of every load option: name, type, default, a one-line doc and the modes
 it applies to.
 
-Everything that takes load options derives from (or is checked against) :data:`OPTIONS`:
+Everything that takes load options derives from :data:`OPTIONS`:
 
-- ``PgBulkPrepareOperator`` and ``pg_bulk_load`` write the options out as explicit keyword-only
-  parameters (so IDEs and ``help()`` see them); ``tests/test_options.py`` checks their names,
-  defaults and ``:param:`` docstrings against this declaration;
+- ``PgBulkPrepareOperator``, ``pg_bulk_load`` and ``runner.load`` take the options as keywords
+  (``**options``); :func:`with_load_options` gives each of them a signature that names every
+  option, keyword-only with its default (what ``help()``, IDEs and Airflow's ``default_args``
+  read), and writes their ``:param:`` lines into its docstring;
+- :class:`airflow_pg_bulk.option_types.LoadOptions`, the ``TypedDict`` that type checkers read
+  (``**options: Unpack[LoadOptions]``), is generated from it (:func:`typed_dict_source`,
+  written by ``python -m airflow_pg_bulk.options``; a test checks it is current);
+- the request dataclasses (:mod:`airflow_pg_bulk.plan.request`) read their defaults from it;
 - the command line's flags are generated from it (:func:`add_cli_flags`);
 - the README's parameter table is generated from it (:func:`markdown_table`) and checked.
 
-Add a new option here first; ``python -m airflow_pg_bulk.options`` prints the docstring lines
-and the README table to paste. Nothing here imports Airflow or touches a database.
+Add a new option here first, then run ``python -m airflow_pg_bulk.options`` (it rewrites
+``option_types.py`` and prints the README table to paste). Nothing here imports Airflow or
+touches a database.
 """
 
 from __future__ import annotations
 
+import inspect
 import textwrap
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # argparse is the command line's: imported there, not at DAG-parse time
     import argparse
@@ -259,6 +267,11 @@ BY_NAME: dict[str, LoadOption] = {opt.name: opt for opt in OPTIONS}
 NAMES: tuple[str, ...] = tuple(BY_NAME)
 
 
+def default(name: str) -> Any:
+    """The declared default of option ``name`` (what the plan's dataclass fields default to)."""
+    return BY_NAME[name].default
+
+
 def in_group(group: str) -> tuple[str, ...]:
     """The names of the options of one group (``copy``, ``settings``, ``errors``, ``request``)."""
     return tuple(opt.name for opt in OPTIONS if opt.group == group)
@@ -394,7 +407,9 @@ def parse_delimiter(text: str) -> str:
     return "\t" if text in TAB_SPELLINGS else text
 
 
-def _whole_number(flag: str, minimum: int) -> Callable[[str], int]:
+def whole_number_parser(minimum: int) -> Callable[[str], int]:
+    """An ``argparse`` type: a whole number (``_`` allowed between digits) of ``minimum`` or
+    more, else an ``ArgumentTypeError`` saying what is needed."""
     import argparse
 
     def parse(text: str) -> int:
@@ -444,7 +459,7 @@ def add_cli_flags(parser: argparse.ArgumentParser) -> None:
         elif opt.choices:
             kwargs["choices"] = opt.choices
         elif opt.type is int:
-            kwargs["type"] = _whole_number(opt.flag, _MINIMUM.get(opt.name, 0))
+            kwargs["type"] = whole_number_parser(_MINIMUM.get(opt.name, 0))
             kwargs["metavar"] = "N"
         elif opt.is_list:
             kwargs["type"] = _column_list
@@ -493,7 +508,99 @@ def param_docstring(indent: str = "    ") -> str:
     return "\n".join(out)
 
 
+# --- signatures: every option written once -------------------------------------------------
+
+F = TypeVar("F", bound=Callable[..., Any])
+#: The line of a docstring that :func:`with_load_options` replaces with the options' ``:param:``
+#: lines (at its indentation).
+DOC_MARKER = ":load options:"
+
+
+def _annotation(opt: LoadOption) -> str:
+    base = "Sequence[str]" if opt.is_list else opt.type.__name__
+    return base if opt.default not in (None, REQUIRED) else f"{base} | None"
+
+
+def keyword_parameters() -> list[inspect.Parameter]:
+    """One keyword-only parameter per option, in declaration order, with its declared default
+    (``None`` for a required one: its absence is refused with the modes explained)."""
+    return [
+        inspect.Parameter(
+            opt.name,
+            inspect.Parameter.KEYWORD_ONLY,
+            default=None if opt.required else opt.default,
+            annotation=_annotation(opt),
+        )
+        for opt in OPTIONS
+    ]
+
+
+def with_load_options(func: F) -> F:
+    """Decorator of a function that takes the load options in its ``**`` parameter: its
+    signature (``__signature__``, what ``inspect``, ``help()`` and Airflow's ``default_args``
+    read) names every option before that parameter, and the line :data:`DOC_MARKER` of its
+    docstring, if it has one, becomes the options' ``:param:`` lines. Returns ``func`` itself
+    (Airflow's operator metaclass wraps ``__init__`` after this ran, reading the signature)."""
+    signature = inspect.signature(func)
+    params = list(signature.parameters.values())
+    at = next(i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD)
+    func.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[*params[:at], *keyword_parameters(), *params[at:]]
+    )
+    if func.__doc__:
+        func.__doc__ = documented(func.__doc__, func.__qualname__)
+    return func
+
+
+def documented(doc: str, owner: str) -> str:
+    """``doc`` with its line :data:`DOC_MARKER` replaced by the options' ``:param:`` lines, at
+    that line's indentation (for a class, whose docstring documents ``__init__``)."""
+    lines = doc.split("\n")
+    for i, line in enumerate(lines):
+        if line.strip() == DOC_MARKER:
+            lines[i] = param_docstring(line[: len(line) - len(line.lstrip())])
+            return "\n".join(lines)
+    raise ValueError(f"{owner}: its docstring has no {DOC_MARKER!r} line")
+
+
+def take(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Pop every load option out of ``kwargs`` (a ``**`` parameter), each with its declared
+    default when not given (``None`` for a required one); the rest stays in ``kwargs``."""
+    return {
+        opt.name: kwargs.pop(opt.name, None if opt.required else opt.default) for opt in OPTIONS
+    }
+
+
+# --- the TypedDict for type checkers (generated) --------------------------------------------
+
+TYPED_DICT_PATH = Path(__file__).with_name("option_types.py")
+
+
+def typed_dict_source() -> str:
+    """The text of :mod:`airflow_pg_bulk.option_types`: ``LoadOptions``, one key per option."""
+    lines = [
+        '"""The load options as a ``TypedDict``, for ``**options: Unpack[LoadOptions]``.',
+        "",
+        "Generated from :data:`airflow_pg_bulk.options.OPTIONS` by ``python -m",
+        "airflow_pg_bulk.options``: do not edit (tests/unit/test_option_types.py checks that it is",
+        'current)."""',
+        "",
+        "from __future__ import annotations",
+        "",
+        "from collections.abc import Sequence",
+        "from typing import TypedDict",
+        "",
+        "",
+        "class LoadOptions(TypedDict, total=False):",
+        '    """Every load option by name; see :mod:`airflow_pg_bulk.options` for each."""',
+        "",
+    ]
+    lines += [f"    {opt.name}: {_annotation(opt)}" for opt in OPTIONS]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
-    print(param_docstring().replace("\\", "\\\\"))  # as written in a (non-raw) docstring
+    TYPED_DICT_PATH.write_text(typed_dict_source())
+    print(f"wrote {TYPED_DICT_PATH}")
     print()
     print(markdown_table())

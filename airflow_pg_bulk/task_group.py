@@ -17,41 +17,14 @@ from airflow_pg_bulk.operators.pg_bulk import (
     PgBulkFinalizeOperator,
     PgBulkPrepareOperator,
 )
-from airflow_pg_bulk.plan import DEFAULT_PARTITION_BYTES, Mode
 
 
+@options.with_load_options
 def pg_bulk_load(
     *,
     group_id: str | None = None,
     table: str,
     source: str | Sequence[str],
-    mode: Mode | None = None,
-    source_conn_id: str | None = None,
-    format: str = "csv",
-    header: bool = False,
-    delimiter: str | None = None,
-    null: str | None = None,
-    quote: str = '"',
-    escape: str | None = None,
-    encoding: str = "UTF8",
-    partitions: int | None = None,
-    partition_size: int = DEFAULT_PARTITION_BYTES,
-    columns: Sequence[str] | None = None,
-    key: Sequence[str] | None = None,
-    on_duplicate_key: str = "last",
-    strategy: str = "auto",
-    staging_logged: bool | None = None,
-    lock_timeout: str = "30s",
-    abandoned_after: str = "1d",
-    maintenance_work_mem: str = "512MB",
-    index_workers: int | None = None,
-    synchronous_commit: str = "off",
-    analyze: bool = True,
-    allow_older_run: bool = False,
-    history_keep: int = 1000,
-    on_error: str = "fail",
-    max_rejects: int = 0,
-    reject_table: str | None = None,
     postgres_conn_id: str = "postgres_default",
     pool: str | None = None,
     max_parallel_copies: int | None = None,
@@ -81,86 +54,7 @@ def pg_bulk_load(
     :param table: the target table, ``schema.table``. (templated)
     :param source: files or globs every worker can read, or object-storage URLs and globs
         (``s3://bucket/prefix/*.csv.gz``, read with ``source_conn_id``). (templated)
-    :param mode: ``replace``: the target ends up with exactly the loaded rows; ``append``: the
-        loaded rows are added to the target's rows; ``upsert``: a loaded row replaces the loaded
-        columns of the target's row with the same ``key``, the others are added;
-        ``replace_partitions`` (a partitioned target): each partition that receives rows ends up
-        with exactly them, the others are not touched (see Modes and their guarantees,
-        Partitioned targets); default none: it must be given. (templated)
-    :param source_conn_id: Airflow connection that object-storage URLs in ``source``
-        (``s3://bucket/prefix/*.csv.gz``) are read with: an ``aws`` connection for ``s3://``,
-        its extra ``endpoint_url`` for an S3-compatible store; every COPY task reads its own
-        objects with it; default none: the standard environment (``AWS_ACCESS_KEY_ID``,
-        ``AWS_SECRET_ACCESS_KEY``, ``AWS_ENDPOINT_URL``, …). (templated)
-    :param format: ``csv``, ``text`` (PostgreSQL's text format) or ``parquet`` (columns matched
-        to the table's by name, row groups split over partitions; needs
-        ``airflow-pg-bulk[parquet]``); default ``csv``. (templated)
-    :param header: every file starts with a header line; columns are matched to the table by
-        name (exact, then case-insensitive), in any order; all files must have the same header;
-        default ``False``. (templated)
-    :param delimiter: field delimiter, one byte; default ``,`` (csv), tab (text). (templated)
-    :param null: the NULL marker; default unquoted empty (csv), ``\\N`` (text). (templated)
-    :param quote: csv quote character; default ``"``. (templated)
-    :param escape: csv escape character inside quotes; default the quote. (templated)
-    :param encoding: the files' encoding, PostgreSQL's name (``LATIN1``, ``WIN1252``, …);
-        splitting one file needs an ASCII-compatible encoding; default ``UTF8``. (templated)
-    :param partitions: number of COPY partitions (mapped tasks); default by size: one per
-        ``partition_size``, at most 16. (templated)
-    :param partition_size: input bytes per partition when ``partitions`` is not given; default
-        67108864 (64 MiB). (templated)
-    :param columns: target columns the fields fill, in file order, for files without a header;
-        default all non-generated. (templated)
-    :param key: the columns that identify a row: exactly the columns of the target's primary key
-        or of one of its unique constraints or unique indexes (any order); default the primary
-        key. (templated)
-    :param on_duplicate_key: a key loaded more than once: ``last``: the row latest in source
-        order wins (files in the order given, each glob's matches by name; lines in file order);
-        ``fail``: the load fails naming the key, the target untouched; default ``last``.
-        (templated)
-    :param strategy: how the rows reach the target: ``in_place`` (INSERT into it); ``rebuild``
-        (a new table = its rows + the loaded rows, indexed, then swapped in as a replace does;
-        needs a replace's privileges); ``auto``: the cheaper by the cost model in
-        docs/design.md, in place when a rebuild is not possible (said in the log); default
-        ``auto``. (templated)
-    :param staging_logged: staging persistence: a logged (true) or unlogged (false) staging
-        table; see docs/tuning.md for the measurement behind the defaults; default ``True`` for
-        replace and replace_partitions, ``False`` for append and upsert. (templated)
-    :param lock_timeout: longest wait for any lock a step takes: the target's in finalize, and
-        the load's own tables in prepare, finalize and cleanup; default ``30s``. (templated)
-    :param abandoned_after: how long a load into the same target may go without a sign of life
-        (no session, no COPY committed since) before the next load's prepare drops the tables it
-        left: a crashed load's staging; those of a finalized load are dropped at once; a
-        PostgreSQL interval (see A failed cleanup, and leftover staging); default ``1d``.
-        (templated)
-    :param maintenance_work_mem: memory for index builds and constraint validation in finalize;
-        default ``512MB``. (templated)
-    :param index_workers: parallel maintenance workers of each index build in finalize
-        (``max_parallel_maintenance_workers``), never more than the server's
-        ``max_parallel_workers``; ``0``: none; default sized from the server (see
-        docs/tuning.md, "finalize on several cores"). (templated)
-    :param synchronous_commit: ``synchronous_commit`` of the COPY sessions; with ``off`` a crash
-        can lose only partitions whose commit was not yet flushed, which the ledger check then
-        reports — never a silent partial load; default ``off``. (templated)
-    :param analyze: ANALYZE the new rows: a replace, rebuild or partition swap before they
-        become visible; an in-place append or upsert after its commit, when it changed at least
-        a tenth of the target's rows (smaller batches are left to autovacuum); default ``True``.
-        (templated)
-    :param allow_older_run: let this run replace rows that a run with a later data interval of
-        the same DAG task loaded (a deliberate reload of the past); otherwise such a run fails,
-        naming the newer load and changing nothing (see Runs that overlap). Under Airflow only:
-        the command line and ``load()`` have no data interval; default ``False``. (templated)
-    :param history_keep: loads kept per target in the load history ``pgbulk_loads``; older ones
-        are deleted after each finalize into the target (the newest load of each DAG task and
-        partition always stays: the ordering of runs needs it); default ``1000``. (templated)
-    :param on_error: ``fail``: the first bad row fails the load, naming file, line, column and
-        value; ``reject``: rows PostgreSQL cannot parse or convert go to ``reject_table`` and
-        the rest load; default ``fail``. (templated)
-    :param max_rejects: with ``reject``: the most rejected rows the whole load may have; past it
-        the load fails and nothing reaches the target; rejected rows are kept in
-        ``reject_table`` either way; default ``0``. (templated)
-    :param reject_table: ``schema.table`` for rejected rows, created if missing: ``load_id,
-        target, source_file, line, raw_line, error, rejected_at``; kept after the load; default
-        ``pgbulk_rejects`` in the target's schema. (templated)
+    :load options:
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param pool: an Airflow pool for every task of the group, to bound the sessions that hit
         the server at once across all DAGs.
@@ -185,7 +79,7 @@ def pg_bulk_load(
         never that a load started or that a failed one was cleaned up.
     """
     group_id = _group_id(group_id, task_id)
-    load_options = options.pick(locals())
+    load_options = options.take(operator_kwargs)
     settings = dict(operator_kwargs)
     if pool:
         settings["pool"] = pool
@@ -221,7 +115,7 @@ def pg_bulk_load(
                 partition=prepare.output
             )
         else:  # Airflow cannot expand a task inside a mapped group: N copy tasks share them
-            slots = copy_tasks_in_mapped_group(max_parallel_copies, partitions)
+            slots = copy_tasks_in_mapped_group(max_parallel_copies, load_options["partitions"])
             copies = [
                 PgBulkCopyOperator(
                     task_id=f"copy_{i}", partition=i, partition_stride=slots, **step, **copy_args
@@ -234,7 +128,7 @@ def pg_bulk_load(
             postgres_conn_id=postgres_conn_id,
             table=table,
             prepare_task_id=prepare.task_id,
-            lock_timeout=lock_timeout,
+            lock_timeout=load_options["lock_timeout"],
             **settings,
         )
         prepare >> copies >> finalize >> cleanup.as_teardown(setups=prepare)

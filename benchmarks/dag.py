@@ -13,7 +13,7 @@ from typing import Any
 
 import airflow_pg_bulk.demo
 from airflow_pg_bulk.demo.connection import airflow_connection_json
-from airflow_pg_bulk.figures import finalize_seconds
+from airflow_pg_bulk.plan.figures import finalize_seconds
 
 log = logging.getLogger(__name__)
 

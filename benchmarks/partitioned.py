@@ -56,7 +56,7 @@ from psycopg import sql
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
-from airflow_pg_bulk.figures import LoadSummary
+from airflow_pg_bulk.plan.figures import LoadSummary
 from benchmarks.incremental import (
     SCHEMA,
     TABLE,

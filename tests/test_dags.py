@@ -317,7 +317,7 @@ def test_a_prepare_that_fails_after_its_commit_leaves_nothing(
 ):
     """Prepare's tables are committed before it pushes the plan; if it fails then (here: the
     step after its commit raises), cleanup still runs and drops them."""
-    from airflow_pg_bulk import figures
+    from airflow_pg_bulk.plan import figures
 
     def fail_after_commit(*args, **kwargs):
         raise RuntimeError("injected: prepare fails after its commit")

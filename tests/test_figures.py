@@ -14,7 +14,7 @@ from helpers import returned_xcom
 from airflow_pg_bulk import load
 from airflow_pg_bulk.demo import workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
-from airflow_pg_bulk.figures import LoadSummary, whole_load
+from airflow_pg_bulk.plan.figures import LoadSummary, whole_load
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "dags_examples"
 FINALIZE_PHASES = {"check", "indexes", "constraints", "analyze", "swap", "drop_old"}

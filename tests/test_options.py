@@ -20,10 +20,9 @@ import pytest
 from helpers import create_items, leftovers
 
 from airflow_pg_bulk import cli, options, runner
-from airflow_pg_bulk.options import OPTIONS, REQUIRED
+from airflow_pg_bulk.options import MODES, OPTIONS, REQUIRED
 from airflow_pg_bulk.plan import (
     LOAD_OPTIONS,
-    MODES,
     CopyOptions,
     ErrorPolicy,
     LoadRequest,

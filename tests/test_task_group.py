@@ -125,7 +125,7 @@ def test_parsing_a_dag_imports_no_driver_sql_or_steps():
         "with DAG('d', schedule=None):\n"
         "    pg_bulk_load(group_id='g', table='s.t', source='/x.csv', mode='append')\n"
         "heavy = ('psycopg', 'psycopg2', 'airflow.providers.postgres.hooks.postgres',\n"
-        "         'airflow_pg_bulk.sql', 'airflow_pg_bulk.steps', 'airflow_pg_bulk.figures',\n"
+        "         'airflow_pg_bulk.sql', 'airflow_pg_bulk.steps', 'airflow_pg_bulk.plan.figures',\n"
         "         'airflow_pg_bulk.source.boundaries', 'airflow_pg_bulk.hooks.pg_bulk')\n"
         "print(sorted(m for m in heavy if m in sys.modules))\n"
     )

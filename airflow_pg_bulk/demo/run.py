@@ -31,7 +31,7 @@ from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import breakdown, workload
 from airflow_pg_bulk.demo.connection import airflow_connection_json
 from airflow_pg_bulk.demo.server import throwaway_server
-from airflow_pg_bulk.figures import LoadSummary
+from airflow_pg_bulk.plan.figures import LoadSummary
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from airflow.providers.postgres.hooks.postgres import PostgresHook
 from airflow_pg_bulk import naming
 
 if TYPE_CHECKING:  # the steps (and with them the SQL and splitting) are imported when run
-    from airflow_pg_bulk.figures import LoadSummary, PartitionResult
     from airflow_pg_bulk.plan import LoadPlan, LoadRequest, Partition, RunOrder
+    from airflow_pg_bulk.plan.figures import LoadSummary, PartitionResult
 
 
 class PgBulkHook(PostgresHook):

@@ -1,5 +1,5 @@
-"""The chain check of speculative pieces (:mod:`~airflow_pg_bulk.ranges`): a COPY task finds its
-piece misaligned, finalize loads the file's pieces again from exact bounds
+"""The chain check of speculative pieces (:mod:`~airflow_pg_bulk.source.window`): a COPY task
+finds its piece misaligned, finalize loads the file's pieces again from exact bounds
 (:mod:`airflow_pg_bulk.loading.repair`).
 
 A COPY task marks its partition misaligned, with no rows, when a speculative piece's last
@@ -15,8 +15,8 @@ import logging
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, Piece
+from airflow_pg_bulk.plan.figures import PartitionResult
 from airflow_pg_bulk.source import reading, records, window
 from airflow_pg_bulk.source.syntax import RecordSyntax
 

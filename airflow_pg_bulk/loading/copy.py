@@ -26,9 +26,9 @@ from airflow_pg_bulk.db.driver import (
     server_version,
 )
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.figures import PartitionResult
 from airflow_pg_bulk.loading import accounting, alignment, ledger, parquet_copy, rejects
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
+from airflow_pg_bulk.plan.figures import PartitionResult
 from airflow_pg_bulk.source import formats, records
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, server_error
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import ConstraintViolationError
-from airflow_pg_bulk.figures import LoadSummary, PhaseClock
 from airflow_pg_bulk.loading import copy, ledger, repair
 from airflow_pg_bulk.loading.copy import ProgressCallback
 from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.figures import LoadSummary, PhaseClock
 from airflow_pg_bulk.target import history, strategies, violations
 from airflow_pg_bulk.target.strategies import Merged
 

@@ -15,10 +15,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from airflow_pg_bulk import naming, planning, sql
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
-from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
+from airflow_pg_bulk.plan import LoadPlan, Partition, Piece, planning
 from airflow_pg_bulk.target import partitioned
 from airflow_pg_bulk.target.history import LedgerTotals
 

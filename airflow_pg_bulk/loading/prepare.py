@@ -1,16 +1,16 @@
 """The prepare step: validate the target, the source and the columns; plan the load; create
 staging (the way :func:`airflow_pg_bulk.target.strategies.for_plan` chooses) and the ledger.
-prepare does the I/O around :func:`airflow_pg_bulk.planning.build_plan`.
+prepare does the I/O around :func:`airflow_pg_bulk.plan.planning.build_plan`.
 """
 
 from __future__ import annotations
 
 import logging
 
-from airflow_pg_bulk import naming, planning, sql
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
 from airflow_pg_bulk.loading import cleanup, ledger
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
 from airflow_pg_bulk.source import formats, listing
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
@@ -45,7 +45,7 @@ def prepare(
         (Airflow's COPY and finalize tasks). The in-process runner keeps the whole plan in
         memory and needs none."""
     naming.check_load_id(load_id)
-    schema, table = catalog.split_name(request.table)
+    schema, table = naming.split_name(request.table)
     resumed = False
     try:
         target = catalog.capture(conn, schema, table)

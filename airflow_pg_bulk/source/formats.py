@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from airflow_pg_bulk import planning
-from airflow_pg_bulk.plan import CopyOptions, LoadRequest, Partition, TargetDefinition
+from airflow_pg_bulk.plan import CopyOptions, LoadRequest, Partition, TargetDefinition, planning
 from airflow_pg_bulk.source import cutting, header, parquet, records
 from airflow_pg_bulk.source.listing import SourceFile
 from airflow_pg_bulk.source.syntax import RecordSyntax

@@ -13,7 +13,7 @@ Such a source is opened when it is listed (:func:`.listing.list_sources`), held 
   inside quoted fields too), because mapping it to the file's line would need the bytes again;
   with ``on_error="reject"`` the stream is spooled, decompressed, to a temporary file
   (``TMPDIR``) while it is loaded, since setting rows aside re-reads byte ranges
-  (:mod:`~airflow_pg_bulk.rejects`); the spool is deleted when the piece is done;
+  (:mod:`~airflow_pg_bulk.loading.rejects`); the spool is deleted when the piece is done;
 - only the process that opened the stream can load it, so the in-process runner
   (:func:`airflow_pg_bulk.load`, ``airflow-pg-bulk load``) reads streams, and an Airflow task
   refuses them: prepare and each COPY task run in processes of their own, and a task's

@@ -7,8 +7,8 @@ from __future__ import annotations
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute_count
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import history, staging, statistics
 from airflow_pg_bulk.target.history import LedgerTotals
 

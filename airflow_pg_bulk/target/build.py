@@ -9,11 +9,11 @@ import logging
 from collections.abc import Callable
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.codes import ConstraintKind
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import ConstraintDef, LoadPlan
+from airflow_pg_bulk.plan.codes import ConstraintKind
+from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import parallel_builds
 from airflow_pg_bulk.target.staging import Existing
 

@@ -7,7 +7,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.codes import ConstraintKind, RelKind
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
@@ -28,33 +27,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     TriggerDef,
 )
-
-
-def split_name(name: str) -> tuple[str, str]:
-    """``"schema.table"`` → (schema, table); a bare name means ``public``.
-
-    Quote a part that contains a dot with double quotes, as in SQL: ``'"my.schema"."t"'``.
-    """
-    parts: list[str] = []
-    current, quoted, i = "", False, 0
-    while i < len(name):
-        ch = name[i]
-        if ch == '"':
-            if quoted and name[i + 1 : i + 2] == '"':
-                current += '"'
-                i += 1
-            else:
-                quoted = not quoted
-        elif ch == "." and not quoted:
-            parts.append(current)
-            current = ""
-        else:
-            current += ch
-        i += 1
-    parts.append(current)
-    if quoted or len(parts) > 2 or not all(parts):
-        raise ValueError(f"table must be 'schema.table' or 'table', not {name!r}")
-    return (parts[0], parts[1]) if len(parts) == 2 else ("public", parts[0])
+from airflow_pg_bulk.plan.codes import ConstraintKind, RelKind
 
 
 def capture(

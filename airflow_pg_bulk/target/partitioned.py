@@ -66,8 +66,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from airflow_pg_bulk import naming, planning, sql
-from airflow_pg_bulk.codes import Persistence
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
@@ -81,8 +80,9 @@ from airflow_pg_bulk.db.driver import (
 )
 from airflow_pg_bulk.db.session import Sessions, start_session
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
-from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition
+from airflow_pg_bulk.plan import LeafPartition, LoadPlan, Partitioning, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import Persistence
+from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import (
     build,
     catalog,

@@ -2,7 +2,7 @@
 the loaded rows, indexed and constrained as the target is, then swapped in as a replace does.
 
 prepare resolves the strategy (:func:`resolve`: the pure cost model is
-:func:`airflow_pg_bulk.planning.choose_strategy`; a rebuild needs a replace's privileges).
+:func:`airflow_pg_bulk.plan.planning.choose_strategy`; a rebuild needs a replace's privileges).
 finalize (:func:`make_visible`) works in ONE transaction, under ``lock_timeout`` and the
 target's advisory lock:
 
@@ -32,8 +32,7 @@ import dataclasses
 import logging
 from typing import Any
 
-from airflow_pg_bulk import naming, planning, sql
-from airflow_pg_bulk.codes import ConstraintKind, Persistence
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
@@ -42,8 +41,9 @@ from airflow_pg_bulk.db.driver import (
     server_version,
 )
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.figures import PhaseClock
-from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition
+from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import ConstraintKind, Persistence
+from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import build, history, staging, swap, upsert
 from airflow_pg_bulk.target.history import LedgerTotals
 

@@ -10,11 +10,11 @@ See docs/design.md, "finalize".
 from __future__ import annotations
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.codes import Persistence
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, scalar
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.codes import Persistence
+from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import build, history, staging, swap
 from airflow_pg_bulk.target.history import LedgerTotals
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.codes import Identity
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import IncompleteLoadError
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
+from airflow_pg_bulk.plan.codes import Identity
 
 #: what a staging table has: (kind, name) -> its state (``("index", name)``: valid;
 #: ``("constraint", name)``: validated; ``("persistence", code)``: None)

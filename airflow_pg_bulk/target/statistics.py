@@ -15,8 +15,8 @@ import logging
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.figures import PhaseClock
 
 log = logging.getLogger(__name__)
 

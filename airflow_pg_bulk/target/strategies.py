@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 from airflow_pg_bulk.db.driver import DatabaseConnection
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import append, partitioned, rebuild, replace, upsert
 from airflow_pg_bulk.target.history import LedgerTotals
 

@@ -9,10 +9,10 @@ import logging
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.codes import ConstraintKind, Identity, TriggerState
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
+from airflow_pg_bulk.plan.codes import ConstraintKind, Identity, TriggerState
 from airflow_pg_bulk.target import catalog, history, locking
 
 log = logging.getLogger(__name__)

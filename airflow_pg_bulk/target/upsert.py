@@ -1,5 +1,5 @@
 """``mode="upsert"``: the database work around the pure planning in
-:func:`airflow_pg_bulk.planning.upsert_spec`.
+:func:`airflow_pg_bulk.plan.planning.upsert_spec`.
 
 prepare reads the target's unique indexes (the key must match one) and gives staging a source
 order column; each COPY task sets its piece's ordinal (``SET LOCAL pgbulk.piece``) before its
@@ -18,9 +18,9 @@ from airflow_pg_bulk.db.driver import DatabaseConnection, execute, server_versio
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.db.translate import truncate
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.figures import PhaseClock
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
-from airflow_pg_bulk.planning import UniqueIndex
+from airflow_pg_bulk.plan.figures import PhaseClock
+from airflow_pg_bulk.plan.planning import UniqueIndex
 from airflow_pg_bulk.target import catalog, history, staging, statistics, violations
 from airflow_pg_bulk.target.history import LedgerTotals
 
@@ -28,7 +28,8 @@ log = logging.getLogger(__name__)
 
 
 def unique_indexes(conn: DatabaseConnection, target: TargetDefinition) -> list[UniqueIndex]:
-    """The target's valid unique indexes (for :func:`~airflow_pg_bulk.planning.upsert_spec`)."""
+    """The target's valid unique indexes (for
+    :func:`~airflow_pg_bulk.plan.planning.upsert_spec`)."""
     rows = execute(conn, sql.unique_indexes(target.oid, server_version(conn)))
     return [
         UniqueIndex(

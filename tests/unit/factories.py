@@ -7,8 +7,6 @@ from typing import Any
 import psycopg.errors
 from psycopg.pq import DiagnosticField
 
-from airflow_pg_bulk import planning
-from airflow_pg_bulk.codes import ConstraintKind, Identity, Persistence, TriggerState
 from airflow_pg_bulk.plan import (
     Column,
     ConstraintDef,
@@ -23,7 +21,9 @@ from airflow_pg_bulk.plan import (
     ReferencingKey,
     TargetDefinition,
     TriggerDef,
+    planning,
 )
+from airflow_pg_bulk.plan.codes import ConstraintKind, Identity, Persistence, TriggerState
 
 LOAD_ID = "0123456789ab"
 

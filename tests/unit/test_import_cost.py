@@ -33,7 +33,7 @@ NOT_AT_PARSE = (
     "airflow_pg_bulk.steps",
     "airflow_pg_bulk.sql",
     "airflow_pg_bulk.db.driver",
-    "airflow_pg_bulk.figures",
+    "airflow_pg_bulk.plan.figures",
     "airflow_pg_bulk.source.objects",
     "airflow_pg_bulk.source.listing",
     "airflow_pg_bulk.source.reading",

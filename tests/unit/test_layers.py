@@ -40,44 +40,15 @@ LAYERS: list[list[str]] = [
     # 8. statement builders
     [f"{PACKAGE}.sql"],
     # 9. find, inspect, cut and read the input; never a database
-    [
-        f"{PACKAGE}.source",
-        # (flat modules the source/ package takes over)
-        f"{PACKAGE}.sources",
-        f"{PACKAGE}.splitting",
-        f"{PACKAGE}.ranges",
-        f"{PACKAGE}.records",
-        f"{PACKAGE}.objects",
-        f"{PACKAGE}.charsets",
-        f"{PACKAGE}.parquet",
-    ],
+    [f"{PACKAGE}.source"],
     # 10. plain data and pure planning
-    [
-        f"{PACKAGE}.plan",
-        # (flat modules the plan/ package takes over)
-        f"{PACKAGE}.planning",
-        f"{PACKAGE}.figures",
-        f"{PACKAGE}.codes",
-    ],
+    [f"{PACKAGE}.plan"],
     # 11. bottom: import nothing of the package at run time
-    [f"{PACKAGE}.naming", f"{PACKAGE}.options", f"{PACKAGE}.errors"],
+    [f"{PACKAGE}.naming", f"{PACKAGE}.options", f"{PACKAGE}.option_types", f"{PACKAGE}.errors"],
 ]
 
 #: layers whose modules may import inside a function (lazily, to keep Airflow's parse time low)
 LAZY_IMPORTS_ALLOWED = 2
-
-#: upward imports of modules the other parts of the redesign are moving at the same time; each
-#: goes with its move (and then fails this test if it is still here)
-PENDING: set[tuple[str, str]] = {
-    # split_name moves to naming
-    (f"{PACKAGE}.planning", f"{PACKAGE}.target.catalog"),
-}
-
-#: imports inside functions below the Airflow layer, in modules being moved (same rule)
-PENDING_LAZY: set[tuple[str, str]] = set()
-
-#: private names used across modules by modules that are being moved (same rule as PENDING)
-PENDING_PRIVATE: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -265,20 +236,9 @@ def test_no_import_of_a_higher_layer():
     for reader in READERS.values():
         for i in reader.imports:
             mine, theirs = layer_of(i.importer), layer_of(i.imported)
-            if mine is None or theirs is None or theirs >= mine:
-                continue
-            if (i.importer, i.imported) not in PENDING:
+            if mine is not None and theirs is not None and theirs < mine:
                 upward.append(f"{i.importer}:{i.line} imports {i.imported} (a higher layer)")
     assert upward == []
-
-
-def test_pending_exceptions_are_still_needed():
-    edges = {(i.importer, i.imported) for r in READERS.values() for i in r.imports}
-    privates = {(name, used) for name, r in READERS.items() for used, _line in r.private}
-    lazy = {(i.importer, i.imported) for r in READERS.values() for i in r.imports if i.in_function}
-    assert PENDING - edges == set()
-    assert PENDING_LAZY - lazy == set()
-    assert PENDING_PRIVATE - privates == set()
 
 
 def test_no_import_inside_a_function_below_the_airflow_layer():
@@ -286,9 +246,7 @@ def test_no_import_inside_a_function_below_the_airflow_layer():
         f"{i.importer}:{i.line} imports {i.imported} inside a function"
         for reader in READERS.values()
         for i in reader.imports
-        if i.in_function
-        and (layer_of(i.importer) or 0) >= LAZY_IMPORTS_ALLOWED
-        and (i.importer, i.imported) not in PENDING_LAZY
+        if i.in_function and (layer_of(i.importer) or 0) >= LAZY_IMPORTS_ALLOWED
     ]
     assert lazy == []
 
@@ -298,6 +256,6 @@ def test_no_private_name_of_another_module():
         f"{name}:{line} uses {private}"
         for name, reader in READERS.items()
         for private, line in reader.private
-        if private.rsplit(".", 1)[0] != name and (name, private) not in PENDING_PRIVATE
+        if private.rsplit(".", 1)[0] != name
     ]
     assert used == []

@@ -1,4 +1,4 @@
-"""airflow_pg_bulk.planning and the plan's round trip through plain data (no server)."""
+"""airflow_pg_bulk.plan.planning and the plan's round trip through plain data (no server)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from airflow_pg_bulk import naming, planning
-from airflow_pg_bulk.codes import ConstraintKind, Persistence, TriggerState
+from airflow_pg_bulk import naming
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadPlan, TargetDefinition
+from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadPlan, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import ConstraintKind, Persistence, TriggerState
 
 from .factories import LOAD_ID, partitions, plan, request, target
 

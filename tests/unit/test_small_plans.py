@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 
-from airflow_pg_bulk import planning
 from airflow_pg_bulk.operators.pg_bulk import PgBulkCopyOperator
-from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
+from airflow_pg_bulk.plan import LoadPlan, Partition, Piece, planning
 
 from .factories import LOAD_ID, request, target
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.codes import ConstraintKind, TriggerState
 from airflow_pg_bulk.plan import CopyOptions
+from airflow_pg_bulk.plan.codes import ConstraintKind, TriggerState
 
 
 def text(statement: sql.Composable) -> str:

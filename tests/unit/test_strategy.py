@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from airflow_pg_bulk import planning
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.planning import BREAK_EVEN, StrategyInputs, choose_strategy
+from airflow_pg_bulk.plan import planning
+from airflow_pg_bulk.plan.planning import BREAK_EVEN, StrategyInputs, choose_strategy
 
 MB = 1 << 20
 

@@ -6,9 +6,9 @@ import dataclasses
 
 import pytest
 
-from airflow_pg_bulk import planning, sql
+from airflow_pg_bulk import sql
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.plan import Column, LoadPlan, Partition, Piece
+from airflow_pg_bulk.plan import Column, LoadPlan, Partition, Piece, planning
 
 from .factories import LOAD_ID, request, target
 

@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pg_bulk.plan import LoadPlan, PlainData
+from airflow_pg_bulk.plan.load_plan import LoadPlan
+from airflow_pg_bulk.plan.plain import PlainData
 
 
 @dataclass

@@ -14,18 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from airflow_pg_bulk import naming
-from airflow_pg_bulk.codes import Identity, Persistence
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.plan import (
-    DEFAULT_REJECT_TABLE,
-    LoadPlan,
-    LoadRequest,
-    Partition,
-    RunOrder,
-    TargetDefinition,
-    UpsertSpec,
-)
-from airflow_pg_bulk.target.catalog import split_name
+from airflow_pg_bulk.naming import split_name
+from airflow_pg_bulk.plan.codes import Identity, Mode, Persistence
+from airflow_pg_bulk.plan.definition import TargetDefinition
+from airflow_pg_bulk.plan.load_plan import LoadPlan, Partition, RunOrder, UpsertSpec
+from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE, LoadRequest
 
 
 def loadable_columns(target: TargetDefinition) -> list[str]:
@@ -68,9 +62,7 @@ def staging_logged(
 ) -> bool:
     """Whether staging is a logged table; an unlogged target's replacement stays unlogged (an
     append that rebuilds COPYs into the table it swaps in, as a replace does)."""
-    swapped_in = request.mode in ("replace", "replace_partitions") or (
-        request.mode == "append" and strategy == "rebuild"
-    )
+    swapped_in = request.mode.copies_into_new_table(strategy)
     return request.staging_is_logged(strategy) and not (
         swapped_in and target.persistence == Persistence.UNLOGGED
     )
@@ -84,7 +76,7 @@ def staging_logged(
 #: old version). Both grow linearly, so the choice is a ratio: rebuild while the target's heap
 #: is at most BREAK_EVEN[mode] times the load's source bytes. Fitted from the measurements in
 #: docs/design.md (workload A, 2 cores, PostgreSQL 15).
-BREAK_EVEN: dict[str, float] = {"append": 6.0, "upsert": 5.0}
+BREAK_EVEN: dict[str, float] = {Mode.APPEND: 6.0, Mode.UPSERT: 5.0}
 #: Without any index or foreign key an in-place append is a plain INSERT … SELECT, which a
 #: rebuild (it writes the target's rows again) cannot beat once the target holds rows: only
 #: an empty target is rebuilt then. (An upsert's target always has its key's unique index.)
@@ -285,7 +277,7 @@ def build_plan(
     the columns (:func:`plan_columns`) and the source cut into partitions; for an upsert its
     key (:func:`upsert_spec`), and the pieces numbered in source order (``file_order``);
     ``strategy``: an append's or upsert's, as :func:`choose_strategy` resolved it."""
-    if request.mode == "upsert":
+    if request.mode.keyed:
         if upsert is None:
             raise ValueError("an upsert's plan needs its key (planning.upsert_spec)")
         partitions = number_pieces(partitions, file_order)
@@ -305,7 +297,7 @@ def build_plan(
         reject_table=reject_table(request, target.schema),
         logical_date=logical_date,
         upsert=upsert,
-        strategy="in_place" if request.mode in ("replace", "replace_partitions") else strategy,
+        strategy="in_place" if request.mode.swaps_table else strategy,
         run=run,
     )
     return dataclasses.replace(plan, digest=plan_digest(plan))

@@ -1,0 +1,107 @@
+"""The catalog's letter codes, named: what the captured definition's one-letter fields mean; and
+the load mode (:class:`Mode`), whose properties answer what the load does with the target.
+
+The plan keeps them as plain strings (JSON through XCom); a ``StrEnum`` member equals its code,
+so ``con.kind == ConstraintKind.UNIQUE`` reads a plan as it is, and a definition built with the
+members round-trips through ``to_dict``/``from_dict`` and JSON unchanged.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class Persistence(enum.StrEnum):
+    """``pg_class.relpersistence`` of a table (:attr:`TargetDefinition.persistence`)."""
+
+    PERMANENT = "p"
+    UNLOGGED = "u"
+    TEMPORARY = "t"
+
+
+class RelKind(enum.StrEnum):
+    """``pg_class.relkind`` values the load tells apart."""
+
+    TABLE = "r"
+    PARTITIONED = "p"
+    VIEW = "v"
+    MATERIALIZED_VIEW = "m"
+    FOREIGN_TABLE = "f"
+
+
+class ConstraintKind(enum.StrEnum):
+    """``pg_constraint.contype`` (:attr:`ConstraintDef.kind`)."""
+
+    PRIMARY_KEY = "p"
+    UNIQUE = "u"
+    CHECK = "c"
+    FOREIGN_KEY = "f"
+    EXCLUSION = "x"
+
+
+class TriggerState(enum.StrEnum):
+    """``pg_trigger.tgenabled`` (:attr:`TriggerDef.enabled`)."""
+
+    ORIGIN = "O"  # fires in origin and local sessions (ENABLE, the default)
+    DISABLED = "D"
+    REPLICA = "R"  # fires only in replica sessions (ENABLE REPLICA)
+    ALWAYS = "A"  # fires always (ENABLE ALWAYS)
+
+
+class Identity(enum.StrEnum):
+    """``pg_attribute.attidentity`` (:attr:`Column.identity`)."""
+
+    NONE = ""
+    ALWAYS = "a"
+    BY_DEFAULT = "d"
+
+
+class Mode(enum.StrEnum):
+    """The load mode (``mode=``; declared with its help in :data:`airflow_pg_bulk.options.MODES`).
+
+    Each property answers one question the load asks of the mode, so that no module compares
+    the mode with a string.
+    """
+
+    REPLACE = "replace"
+    APPEND = "append"
+    UPSERT = "upsert"
+    REPLACE_PARTITIONS = "replace_partitions"
+
+    @property
+    def swaps_table(self) -> bool:
+        """The loaded rows are built into a table of their own that is swapped in for the target
+        (replace) or for its partitions (replace_partitions); ``strategy`` does not apply."""
+        return self in (Mode.REPLACE, Mode.REPLACE_PARTITIONS)
+
+    @property
+    def takes_strategy(self) -> bool:
+        """The rows are added to the target's (append, upsert): in place, or by a rebuild."""
+        return not self.swaps_table
+
+    @property
+    def keyed(self) -> bool:
+        """Loaded rows are matched to the target's by a key (upsert)."""
+        return self is Mode.UPSERT
+
+    @property
+    def replaces_rows(self) -> bool:
+        """Rows the target holds can be removed or overwritten (every mode but append)."""
+        return self is not Mode.APPEND
+
+    @property
+    def ordered_by_run(self) -> bool:
+        """The ordering rule applies: a run never replaces the rows of a later run's load (the
+        modes that replace rows; ``allow_older_run`` lifts it)."""
+        return self.replaces_rows
+
+    @property
+    def whole_target(self) -> bool:
+        """The load's outcome is the whole target's rows (replace): every partition of a
+        partitioned target is swapped or emptied."""
+        return self is Mode.REPLACE
+
+    def copies_into_new_table(self, strategy: str) -> bool:
+        """COPY writes the table that will become the target's (or its partitions') rows, so
+        that staging is logged by default: a replace, or an append that rebuilds."""
+        return self.swaps_table or (self is Mode.APPEND and strategy == "rebuild")
