@@ -53,7 +53,7 @@ def prepare(
         catalog.refuse_without_privileges(conn, target, request.mode)
         history.refuse_without_access(conn, schema)
         cleanup.interval_seconds(conn, "abandoned_after", request.settings.abandoned_after)
-        if request.mode == "append":
+        if not request.mode.replaces_rows:
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
         source_format = formats.for_copy(request.copy)
@@ -62,7 +62,7 @@ def prepare(
         matched = source_format.match(files, planning.loadable_columns(target))
         columns = source_format.columns(request, target, matched)
         key = None
-        if request.mode == "upsert":
+        if request.mode.keyed:
             indexes = upsert.unique_indexes(conn, target)
             conn.rollback()
             key = planning.upsert_spec(request, target, columns, indexes)
@@ -83,7 +83,7 @@ def prepare(
             strategy=strategy,
             run=run,
         )
-        if plan.mode in ("replace", "upsert"):  # the whole target: refused before any work
+        if plan.mode.ordered_over_whole_target:  # the whole target: refused before any work
             history.refuse_overwriting_newer(conn, plan)
         digest = plan.digest
         # its DDL locks the target (LIKE) and any leftovers: wait no longer than lock_timeout

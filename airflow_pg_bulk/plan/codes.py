@@ -101,6 +101,19 @@ class Mode(enum.StrEnum):
         partitioned target is swapped or emptied."""
         return self is Mode.REPLACE
 
+    @property
+    def replaces_loaded_partitions(self) -> bool:
+        """Only the partitions that receive rows are replaced (replace_partitions): it needs a
+        partitioned target, and its ordering rule and history name those partitions."""
+        return self is Mode.REPLACE_PARTITIONS
+
+    @property
+    def ordered_over_whole_target(self) -> bool:
+        """The ordering rule weighs every later load into the target, so prepare checks it
+        before any work (replace, upsert); a replace_partitions is checked in finalize, once
+        the partitions it replaces are known."""
+        return self.ordered_by_run and not self.replaces_loaded_partitions
+
     def copies_into_new_table(self, strategy: str) -> bool:
         """COPY writes the table that will become the target's (or its partitions') rows, so
         that staging is logged by default: a replace, or an append that rebuilds."""

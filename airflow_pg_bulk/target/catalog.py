@@ -27,7 +27,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     TriggerDef,
 )
-from airflow_pg_bulk.plan.codes import ConstraintKind, RelKind
+from airflow_pg_bulk.plan.codes import ConstraintKind, Mode, RelKind
 
 
 def capture(
@@ -271,20 +271,20 @@ def _scanned(node: Any) -> set[tuple[str, str]]:
 
 
 def refuse_without_privileges(
-    conn: DatabaseConnection, target: TargetDefinition, mode: str
+    conn: DatabaseConnection, target: TargetDefinition, mode: Mode
 ) -> None:
     """Raise :class:`LoadRefusedError` before anything is loaded when the session's role lacks
     a privilege the load needs (see the README's privileges table)."""
     owner, insert, create, role, update = execute(conn, sql.loader_privileges(target.oid))[0]
     name = target.qualified
-    if mode in ("replace", "replace_partitions") and not owner:
+    if mode.swaps_table and not owner:
         raise LoadRefusedError(
             f"replace of {name} needs the role {role} to own it (its owner is {target.owner}; "
             f"e.g. GRANT {target.owner} TO {role}); or use mode='append'"
         )
-    if mode == "append" and not insert:
+    if mode is Mode.APPEND and not insert:
         raise LoadRefusedError(f"append to {name} needs INSERT on it for the role {role}")
-    if mode == "upsert" and not (insert and update):
+    if mode.keyed and not (insert and update):
         raise LoadRefusedError(
             f"upsert into {name} needs INSERT and UPDATE on it for the role {role}"
         )
@@ -295,10 +295,10 @@ def refuse_without_privileges(
         )
 
 
-def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
+def refuse_unsupported(target: TargetDefinition, mode: Mode) -> None:
     """Raise :class:`LoadRefusedError` when ``mode`` cannot keep the target intact."""
     parts = target.partitioning
-    if mode == "replace_partitions" and parts is None:
+    if mode.replaces_loaded_partitions and parts is None:
         raise LoadRefusedError(
             f"replace_partitions needs a partitioned target; {target.qualified} is a plain "
             "table (use mode='replace')"
@@ -307,14 +307,14 @@ def refuse_unsupported(target: TargetDefinition, mode: str) -> None:
         problems = list(parts.unsupported)
         if target.referencing_keys:
             problems.append("foreign keys reference it")
-        if mode in ("replace", "replace_partitions") and problems:
+        if mode.swaps_table and problems:
             raise LoadRefusedError(
                 f"{mode} of the partitioned {target.qualified} refused before anything "
                 "changed: " + "; ".join(problems) + ". Its partitions are replaced by "
                 "tables built beside them, which cannot carry these over"
             )
         return
-    if mode == "replace" and target.unsupported:
+    if mode.swaps_table and target.unsupported:
         raise LoadRefusedError(
             f"replace of {target.qualified} refused before anything changed: "
             + "; ".join(target.unsupported)

@@ -207,7 +207,7 @@ def refuse_overwriting_newer(
     work) and again under the target's lock, where an index range scan of the later loads is
     all it costs. Loads without a run (outside Airflow) are not ordered."""
     run = plan.run
-    if plan.mode not in sql.ORDERED_MODES or run is None:
+    if not plan.mode.ordered_by_run or run is None:
         return
     table = plan.history_table
     if not scalar(conn, sql.relation_exists(*table)):

@@ -108,7 +108,7 @@ def _parts(plan: LoadPlan) -> Partitioning:
 def partitioned_staging(plan: LoadPlan) -> bool:
     """Whether the load finalizes partition by partition (every mode but upsert on a
     partitioned target; an upsert merges through the partitions in place)."""
-    return plan.target.partitioning is not None and plan.mode != "upsert"
+    return plan.target.partitioning is not None and not plan.mode.keyed
 
 
 def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
@@ -387,7 +387,7 @@ def finalize_partitioned(
     parts = _parts(plan)
     leaves = parts.leaves
     if (
-        plan.mode in ("replace", "replace_partitions")
+        plan.mode.swaps_table
         and parts.unsupported
         and (_to_swap(conn, plan, list(range(len(leaves)))))
     ):
@@ -418,8 +418,8 @@ def finalize_partitioned(
         # every other finalize of the target (an index lookup, before any table lock)
         history.refuse_overwriting_newer(conn, plan, replaced)
         in_place = [n for n in loaded if n not in built]
-        emptied = [_qualified(leaves[n]) for n in in_place] if plan.mode != "append" else []
-        if built or plan.mode == "replace":
+        emptied = [_qualified(leaves[n]) for n in in_place] if plan.mode.replaces_rows else []
+        if built or plan.mode.whole_target:
             # the checks under SHARE UPDATE EXCLUSIVE on the parent (ONLY: LOCK TABLE on a
             # partitioned table would lock every partition too, one by one, and wait for an
             # autovacuum on any of them) and on the partitions swapped: no reader waits for it,
@@ -450,19 +450,19 @@ def finalize_partitioned(
             # each such partition first: ACCESS EXCLUSIVE on it, its own readers wait)
             locking.lock_for_swap(conn, emptied)
         for n in in_place:
-            if plan.mode != "append":
+            if plan.mode.replaces_rows:
                 execute(conn, sql.truncate(*_qualified(leaves[n])))
             _insert_leaf(conn, plan, n)
             inserted.append(n)
         for n, names in built.items():
-            if plan.mode == "append" and scalar(
+            if not plan.mode.replaces_rows and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
             ):  # rows came in since finalize looked: append in place after all
                 _insert_leaf(conn, plan, n)
                 inserted.append(n)
             else:
                 _swap_leaf(conn, plan, n, leaves[n], *names)
-        if plan.mode == "replace":  # (reads the names of every partition, under the lock)
+        if plan.mode.whole_target:  # (reads the names of every partition, under the lock)
             mine = {(leaf.definition.schema, leaf.definition.table) for leaf in leaves}
             for leaf_schema, name in execute(conn, sql.leaf_names(t.oid)):
                 # (an empty partition is not truncated: readers wait for each TRUNCATE)
@@ -485,14 +485,14 @@ def finalize_partitioned(
         len(loaded),
         len(loaded) - len(inserted),
         len(inserted),
-        ", the others emptied" if plan.mode == "replace" else "",
+        ", the others emptied" if plan.mode.whole_target else "",
     )
 
 
 def _replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
     """The partitions (leaf table names) whose rows a ``replace_partitions`` replaces: those
     that receive rows; None for the other modes (a replace replaces the whole target)."""
-    if plan.mode != "replace_partitions":
+    if not plan.mode.replaces_loaded_partitions:
         return None
     leaves = _parts(plan).leaves
     return [leaves[n].definition.table for n in loaded]
@@ -655,7 +655,7 @@ def _to_swap(conn: DatabaseConnection, plan: LoadPlan, loaded: list[int]) -> lis
     owns the target and nothing stands in the way of a swap."""
     parts = _parts(plan)
     loaded = [n for n in loaded if not parts.leaves[n].in_place]
-    if plan.mode != "append":
+    if plan.mode.replaces_rows:
         return loaded
     owner = execute(conn, sql.loader_privileges(plan.target.oid))[0][0]
     if not owner or parts.unsupported or plan.target.referencing_keys:

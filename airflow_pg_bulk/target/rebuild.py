@@ -69,7 +69,7 @@ def resolve(
     conn: DatabaseConnection, request: LoadRequest, target: TargetDefinition, load_bytes: int
 ) -> str:
     """prepare: the strategy of an append or upsert, by the cost model; logs why."""
-    if request.mode in ("replace", "replace_partitions"):
+    if not request.mode.takes_strategy:
         return "in_place"
     target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
     choice, why = planning.choose_strategy(
@@ -93,7 +93,7 @@ def resolve(
 def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """prepare: an append COPYs into the table it swaps in, staging LIKE the target; an upsert
     into staging as an upsert in place does (with its source order column)."""
-    if plan.mode == "append":
+    if not plan.mode.keyed:
         staging.create_like(conn, plan)
     else:
         upsert.create_staging(conn, plan)
@@ -117,7 +117,7 @@ def make_visible(
         history.open_visible(conn, plan)
         execute(conn, sql.lock_for_rebuild(t.schema, t.table))
         history.refuse_overwriting_newer(conn, plan)  # an upsert's ordering rule (under lock)
-        if plan.mode == "append":
+        if not plan.mode.keyed:
             new = _append_rows(conn, plan, rows)
         else:
             new, merged = _upsert_rows(conn, plan, rows)

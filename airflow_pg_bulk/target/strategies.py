@@ -62,10 +62,10 @@ def for_plan(plan: LoadPlan) -> Strategy:
     ``strategy="rebuild"`` chosen), a merge in place (upsert) or an insert in place."""
     if partitioned.partitioned_staging(plan):
         return PARTITIONED
-    if plan.mode == "replace":
+    if plan.mode.whole_target:
         return REPLACE
     if plan.rebuilds:
         return REBUILD
-    if plan.mode == "upsert":
+    if plan.mode.keyed:
         return UPSERT
     return APPEND

@@ -208,7 +208,7 @@ def _checks(
         list(zip(op_schemas, op_names, strict=True)) if kind == "x" else [None] * len(key)
     )
     same: list[str] = []
-    if plan.mode == "upsert" and plan.upsert is not None:
+    if plan.mode.keyed and plan.upsert is not None:
         same = list(plan.upsert.key)
         if kind != "x" and set(key) == set(same):
             return []  # the upsert's own key: a repeated key is an update, never a violation
@@ -225,7 +225,7 @@ def _checks(
     ]
     # (a replace_partitions replaces whole partitions, and a key of a partitioned table holds
     # within each: the loaded rows never meet the target's)
-    if plan.mode not in ("replace", "replace_partitions"):
+    if not plan.mode.swaps_table:
         table = leaf[1] if only and leaf is not None else t.table
         target = sql.conflicts_with_target(t.schema, table, key, ops, same=same)
         checks.append(dataclasses.replace(_failing(_within(target, within)), shape="target"))
