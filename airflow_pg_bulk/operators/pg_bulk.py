@@ -251,7 +251,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         # the whole list) and reads its own pieces from the pieces table
         context["ti"].xcom_push(key="plan", value=plan.shared().to_dict())
         self.log.info(
-            "Load %s: %d partitions of %s, %.1f MB in all",
+            "Load %s: %d COPY streams into %s, %.1f MB in all",
             load_id,
             len(plan.partitions),
             plan.target.qualified,
@@ -360,14 +360,19 @@ class PgBulkCopyOperator(_PgBulkOperator):
             numbers = [p.index for p in mine]
             results = [self._copy(plan, index, name) for index in numbers]
         if not numbers:
-            self.log.info("No partition of %d is this task's", len(plan.partitions))
+            self.log.info(
+                "Load %s: none of the %d COPY streams is this task's",
+                plan.load_id,
+                len(plan.partitions),
+            )
         single = not self.partition_stride and not isinstance(self.partition, (list, tuple))
         return results[0] if single else results
 
     def _copy(self, plan: LoadPlan, index: int, session: str) -> dict[str, Any]:
         part = plan.partition(index)
         self.log.info(
-            "Partition %d: %d pieces, %.1f MB: %s",
+            "Load %s: COPY stream %d: %d pieces, %.1f MB: %s",
+            plan.load_id,
             index,
             len(part.pieces),
             part.bytes / 1e6,
@@ -375,7 +380,13 @@ class PgBulkCopyOperator(_PgBulkOperator):
         )
 
         def progress(done: int, expected: int) -> None:
-            self.log.info("Partition %d: %.1f of %.1f MB copied", index, done / 1e6, expected / 1e6)
+            self.log.info(
+                "Load %s: COPY stream %d: %.1f of %.1f MB copied",
+                plan.load_id,
+                index,
+                done / 1e6,
+                expected / 1e6,
+            )
 
         with _terminal_errors_fail():
             result = self.hook.copy_partition(plan, index, progress, application_name=session)
@@ -427,11 +438,15 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
             with closing(self.hook.get_conn()) as conn:
                 copies = ledger.copy_span(conn, plan)
         except Exception:  # finalize says what is wrong with the ledger
-            self.log.warning("could not read the COPY times from the ledger", exc_info=True)
+            self.log.warning(
+                "Load %s: could not read the COPY times from the ledger",
+                plan.load_id,
+                exc_info=True,
+            )
         with _terminal_errors_fail():
             summary = self.hook.finalize(plan, application_name=name)
         summary = figures.whole_load(summary, plan, copies, time.time())
-        self.log.info("%s", summary.describe())
+        self.log.info("Load %s: %s", plan.load_id, summary.describe())
         self._announce(context, plan, summary)
         return summary.to_dict()
 

@@ -147,7 +147,7 @@ class LoadSummary(PlainData):
         mb = self.bytes / 1e6
         span = "" if self.whole else " (finalize alone: prepare and COPY not included)"
         lines = [
-            f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} partitions) into "
+            f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} COPY streams) into "
             f"{self.table} ({self.mode}) in {self.wall_seconds:.2f} s{span}: "
             f"{self.rows_per_second:,.0f} rows/s, {self.megabytes_per_second:,.1f} MB/s",
         ]
