@@ -248,10 +248,10 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
         routed = _with_leaves(plan, Partitioning(parts.key, tuple(leaves), captured.unsupported))
         conn.commit()
     log.info(
-        "Load %s into %s: its rows go to %d table partitions (%s)",
+        "Load %s: its rows go to %d table partitions of %s (%s)",
         plan.load_id,
-        t.qualified,
         len(leaves),
+        t.qualified,
         ", ".join(leaf.definition.table for leaf in leaves[:5])
         + (", ..." if len(leaves) > 5 else ""),
     )
@@ -478,11 +478,11 @@ def finalize_partitioned(
                 execute(conn, sql.analyze(t.schema, leaves[n].definition.table))
                 conn.commit()
     log.info(
-        "Load %s into %s (%s): %d table partitions received rows; %d swapped in by ATTACH "
+        "Load %s: %s into %s: %d table partitions received rows; %d swapped in by ATTACH "
         "PARTITION, %d loaded in place%s",
         plan.load_id,
-        t.qualified,
         plan.mode,
+        t.qualified,
         len(loaded),
         len(loaded) - len(inserted),
         len(inserted),
