@@ -486,7 +486,7 @@ def finalize_partitioned(
         len(loaded),
         len(loaded) - len(inserted),
         len(inserted),
-        ", the other table partitions emptied" if plan.mode == "replace" else "",
+        ", the others emptied" if plan.mode == "replace" else "",
     )
 
 
