@@ -44,14 +44,14 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         required=True,
         action="append",
         help="file or glob, repeatable; .gz files are decompressed; - reads standard input "
-        "and a named pipe works too (one partition, read once) (required)",
+        "and a named pipe works too (one COPY stream, read once) (required)",
     )
     options.add_cli_flags(p)
     p.add_argument(
         "--jobs",
         type=options.whole_number_parser(1),
         metavar="N",
-        help="COPY connections at once (default: min(partitions, 4))",
+        help="COPY connections at once (default: min(COPY streams, 4))",
     )
     p.add_argument(
         "--driver",
@@ -74,7 +74,12 @@ def _demo_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     p.add_argument("--conn", help="use this database instead of a throwaway server")
     p.add_argument("--meters", type=int, default=15_000, help="smart meters in the workload")
     p.add_argument("--days", type=int, default=200, help="days of readings per meter")
-    p.add_argument("--partitions", type=int, default=4, help="COPY partitions of the loads")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=4,
+        help="COPY streams each load is cut into (not table partitions)",
+    )
     p.add_argument(
         "--no-airflow",
         action="store_true",

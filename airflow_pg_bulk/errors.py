@@ -109,7 +109,7 @@ class ConstraintViolationError(PgBulkError):
 
 
 class IncompleteLoadError(PgBulkError):
-    """Finalize found partitions missing from the ledger or lost from staging."""
+    """Finalize found COPY streams missing from the ledger or lost from staging."""
 
 
 class TransientLoadError(PgBulkError):

@@ -173,6 +173,17 @@ def bound_check(load_id: str) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_bound"
 
 
+def owning_load_id(table: str) -> str | None:
+    """The load id in the name of a table a load created (``_pgbulk_<load id>_…``), or None.
+
+    A leaf partition's build runs under :func:`leaf_load_id`, but its table is named by the
+    load's own id: logs name the load by this, so every line of one load shows one id."""
+    head = table[len(PREFIX) : len(PREFIX) + 12]
+    if table.startswith(PREFIX) and _LOAD_ID.match(head):
+        return head
+    return None
+
+
 def leaf_load_id(load_id: str, number: int) -> str:
     """A load id of its own for the ``number``-th leaf partition's build, so that the
     temporary names of its indexes and constraints differ from the other leaves'."""
@@ -200,7 +211,7 @@ def original_names(plan: LoadPlan, text: str) -> str:
     back = {temp: name for names in (indexes, constraints) for name, temp in names.items()}
     back[plan.staging_table] = plan.target.table
     back[rebuilt_table(plan.load_id)] = plan.target.table
-    back[routed_check(plan.load_id)] = f"the partitions of {plan.target.table}"
+    back[routed_check(plan.load_id)] = f"the table partitions of {plan.target.table}"
     if plan.target.partitioning:  # staging partitions and what is built on them (each
         # with its leaf's own load id: see leaf_load_id) take the target partitions' names
         for number, leaf in enumerate(plan.target.partitioning.leaves):

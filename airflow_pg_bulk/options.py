@@ -36,8 +36,8 @@ MODE_HELP: dict[str, str] = {
     "replace": "the target ends up with exactly the loaded rows (the rows it holds are removed)",
     "append": "the loaded rows are added to the rows the target holds",
     "upsert": "a loaded row replaces the target's row with the same key, the others are added",
-    "replace_partitions": "on a partitioned target, each partition that receives a loaded row "
-    "ends up with exactly its loaded rows; the other partitions are not touched",
+    "replace_partitions": "on a partitioned target, each table partition that receives a loaded "
+    "row ends up with exactly its loaded rows; the other table partitions are not touched",
 }
 ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
 STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")
@@ -112,8 +112,8 @@ OPTIONS: tuple[LoadOption, ...] = (
         "`replace`: the target ends up with exactly the loaded rows; `append`: the loaded rows "
         "are added to the target's rows; `upsert`: a loaded row replaces the loaded columns of "
         "the target's row with the same `key`, the others are added; `replace_partitions` (a "
-        "partitioned target): each partition that receives rows ends up with exactly them, the "
-        "others are not touched (see Modes and their guarantees, Partitioned targets)",
+        "partitioned target): each table partition that receives rows ends up with exactly "
+        "them, the others are not touched (see Modes and their guarantees, Partitioned targets)",
         "none: must be given", "request", choices=MODES,
     ),
     LoadOption(
@@ -128,7 +128,7 @@ OPTIONS: tuple[LoadOption, ...] = (
     LoadOption(
         "format", str, "csv",
         "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
-        "by name, row groups split over partitions; needs `airflow-pg-bulk[parquet]`)",
+        "by name, row groups split over COPY streams; needs `airflow-pg-bulk[parquet]`)",
         "`csv`", "copy", choices=("csv", "text", "parquet"),
     ),
     LoadOption(
@@ -149,12 +149,16 @@ OPTIONS: tuple[LoadOption, ...] = (
         "`UTF8`", "copy",
     ),
     LoadOption(
-        "partitions", int, None, "number of COPY partitions (mapped tasks)",
+        "partitions", int, None,
+        "number of COPY streams the input is cut into (one mapped COPY task each under "
+        "Airflow); not the target's table partitions",
         "by size: one per `partition_size`, at most 16", "request",
     ),
     LoadOption(
         "partition_size", int, DEFAULT_PARTITION_BYTES,
-        "input bytes per partition when `partitions` is not given", "67108864 (64 MiB)",
+        "input bytes per COPY stream when `partitions` is not given (not a table partition's "
+        "size)",
+        "67108864 (64 MiB)",
         "request",
     ),
     LoadOption(
@@ -216,14 +220,14 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "synchronous_commit", str, "off",
-        "`synchronous_commit` of the COPY sessions; with `off` a crash can lose only partitions "
-        "whose commit was not yet flushed, which the ledger check then reports — never a silent "
-        "partial load",
+        "`synchronous_commit` of the COPY sessions; with `off` a crash can lose only COPY "
+        "streams whose commit was not yet flushed, which the ledger check then reports — never "
+        "a silent partial load",
         "`off`", "settings",
     ),
     LoadOption(
         "analyze", bool, True,
-        "ANALYZE the new rows: a replace, rebuild or partition swap before they become "
+        "ANALYZE the new rows: a replace, rebuild or table partition swap before they become "
         "visible; an in-place append or upsert after its commit, when it changed at least a "
         "tenth of the target's rows (smaller batches are left to autovacuum)",
         "`True`", "settings",
@@ -239,8 +243,8 @@ OPTIONS: tuple[LoadOption, ...] = (
     LoadOption(
         "history_keep", int, 1000,
         "loads kept per target in the load history `pgbulk_loads`; older ones are deleted after "
-        "each finalize into the target (the newest load of each DAG task and partition always "
-        "stays: the ordering of runs needs it)",
+        "each finalize into the target (the newest load of each DAG task and table partition "
+        "always stays: the ordering of runs needs it)",
         "`1000`", "settings",
     ),
     LoadOption(

@@ -43,9 +43,10 @@ class LoadArguments(LoadOptions, total=False):
 
 
 class _Progress:
-    """Thread-safe byte counts of all partitions, logged every few seconds."""
+    """Thread-safe byte counts of all COPY streams, logged every few seconds."""
 
-    def __init__(self, total: int, every: float = 5.0) -> None:
+    def __init__(self, load_id: str, total: int, every: float = 5.0) -> None:
+        self.load_id = load_id
         self.total = total
         self.every = every
         self._done: dict[int, int] = {}
@@ -64,7 +65,8 @@ class _Progress:
                 copied = sum(self._done.values())
                 elapsed = now - self._started
                 log.info(
-                    "copy: %.0f%% (%.1f of %.1f MB), %.1f MB/s",
+                    "Load %s: COPY: %.0f%% (%.1f of %.1f MB), %.1f MB/s",
+                    self.load_id,
                     100 * copied / self.total if self.total else 100,
                     copied / 1e6,
                     self.total / 1e6,
@@ -83,8 +85,8 @@ def connection_factory(conn: str | ConnectionFactory, driver: str = "psycopg") -
 
 
 def run_plan(factory: ConnectionFactory, plan: LoadPlan, jobs: int) -> None:
-    """Run the COPY step of every partition on ``jobs`` connections at once."""
-    progress = _Progress(plan.source_bytes)
+    """Run the COPY step of every COPY stream on ``jobs`` connections at once."""
+    progress = _Progress(plan.load_id, plan.source_bytes)
 
     def work(index: int) -> None:
         conn = factory()
@@ -183,7 +185,7 @@ def load(
             steps.cleanup(main, schema, load_id, lock_timeout=request.settings.lock_timeout)
         except Exception:
             log.exception(
-                "cleanup of load %s failed; drop its _pgbulk_%s_* tables by hand",
+                "Load %s: cleanup failed; drop its _pgbulk_%s_* tables by hand",
                 load_id,
                 load_id,
             )

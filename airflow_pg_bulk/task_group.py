@@ -212,7 +212,7 @@ MAPPED_GROUP_COPY_TASKS = 4
 
 def copy_tasks_in_mapped_group(max_parallel_copies: int | None, partitions: Any) -> int:
     """How many COPY tasks a load inside a mapped task group gets: ``max_parallel_copies``,
-    else ``partitions`` when it is an int, else 4."""
+    else ``partitions`` (the number of COPY streams) when it is an int, else 4."""
     if max_parallel_copies:
         return int(max_parallel_copies)
     if isinstance(partitions, int) and partitions > 0:

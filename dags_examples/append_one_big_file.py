@@ -1,4 +1,4 @@
-"""Example: append one big CSV file to a table, the file split into partitions at record
+"""Example: append one big CSV file to a table, the file split into COPY streams at record
 boundaries (quoted newlines are respected) and loaded by parallel COPY tasks.
 
 The new rows appear all at once, in one transaction, or not at all; a bad value fails the load
@@ -31,7 +31,7 @@ from airflow_pg_bulk import pg_bulk_load
     tags=["airflow-pg-bulk", "example"],
 )
 def append_one_big_file() -> None:
-    """No header: the fields fill the table's columns in order; 64 MB of file per partition."""
+    """No header: the fields fill the table's columns in order; 64 MB of file per COPY stream."""
     load = pg_bulk_load(
         group_id="load_events",
         postgres_conn_id=os.environ.get("PG_BULK_EXAMPLE_CONN_ID", "pg_bulk_example"),

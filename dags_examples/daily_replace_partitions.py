@@ -1,5 +1,5 @@
 """Example: the daily idempotent reload of a partitioned table. Each run loads the files of its
-own day (``{{ ds }}`` in the source) with ``mode="replace_partitions"``: every partition that
+own day (``{{ ds }}`` in the source) with ``mode="replace_partitions"``: every table partition that
 receives a row ends up with exactly the loaded rows, in one short transaction (DETACH the old,
 ATTACH the new), and the other partitions are not touched. Running a day again (a retry, a
 backfill, a cleared run) gives the same table.
@@ -37,7 +37,7 @@ from airflow_pg_bulk import pg_bulk_load
     tags=["airflow-pg-bulk", "example"],
 )
 def daily_replace_partitions() -> None:
-    """The day's files, with a header line; the day's partition replaced, the others kept."""
+    """The day's files, with a header line; the day's table partition replaced, the others kept."""
     pg_bulk_load(
         group_id="load_day",
         postgres_conn_id=os.environ.get("PG_BULK_EXAMPLE_CONN_ID", "pg_bulk_example"),

@@ -31,7 +31,7 @@ from airflow_pg_bulk import pg_bulk_load
     tags=["airflow-pg-bulk", "example"],
 )
 def replace_many_csv() -> None:
-    """Files with a header line; columns matched by name; 4 partitions of similar size."""
+    """Files with a header line; columns matched by name; 4 COPY streams of similar size."""
     pg_bulk_load(
         group_id="load_readings",
         postgres_conn_id=os.environ.get("PG_BULK_EXAMPLE_CONN_ID", "pg_bulk_example"),

@@ -175,11 +175,11 @@ def catalog_snapshot(db: Any, name: str) -> dict[str, Any]:
 
 
 def repaired_partitions(caplog: Any) -> list[int]:
-    """The partitions finalize loaded again from exact record starts (a wrong range guess
+    """The COPY streams finalize loaded again from exact record starts (a wrong range guess
     repaired: :func:`airflow_pg_bulk.loading.repair.repair` logs them), from a test's ``caplog``."""
     found: list[int] = []
     for record in caplog.records:
-        if record.name == "airflow_pg_bulk.loading.repair" and "loading partitions" in record.msg:
+        if record.name == "airflow_pg_bulk.loading.repair" and "loading COPY streams" in record.msg:
             found += record.args[-1]
     return found
 

@@ -545,7 +545,8 @@ def test_crash_loses_unflushed_async_commits_finalize_reports_them_and_retry_com
     assert staged == recorded  # a lost partition lost its rows and its ledger row together
     conn = open_connection(db.dsn)
     try:
-        with pytest.raises(IncompleteLoadError, match=r"partitions \[2, 3\] are not in the ledger"):
+        missing = r"COPY streams \[2, 3\] are not in the ledger"
+        with pytest.raises(IncompleteLoadError, match=missing):
             steps.finalize(conn, plan)
     finally:
         conn.close()

@@ -421,7 +421,7 @@ UNSUPPORTED = {
             "CREATE TABLE {s}.items PARTITION OF {s}.whole FOR VALUES FROM (-1000) TO (100000)",
             "INSERT INTO {s}.items SELECT -g, 'old ' || g FROM generate_series(1, 20) g",
         ],
-        "it is a partition of a partitioned table",
+        "it is a table partition of a partitioned table",
     ),
     "inheritance-child": (
         [

@@ -279,7 +279,8 @@ def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, pg_dsn, tmp_pa
         assert db.checksum("readings", ", ".join(COLUMNS)) == expected
         assert summary.seconds["build_partitions"] > 0
     built = [r.getMessage() for r in caplog.records if "built on" in r.getMessage()]
-    assert len(built) == 2 and all("2 partitions of" in m and "2 sessions" in m for m in built)
+    assert len(built) == 2
+    assert all("2 table partitions of" in m and "2 sessions" in m for m in built)
     assert leftovers(db) == []
 
 
@@ -311,7 +312,7 @@ def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
         (
             51,
             'new row for relation "readings" violates check constraint'
-            ' "the partitions of readings"',
+            ' "the table partitions of readings"',
         )
     ]
     assert leftovers(db) == []
@@ -518,7 +519,7 @@ def test_upsert_refuses_a_row_in_no_partition_naming_its_file_and_line(db, pg_ds
         steps.finalize(conn, plan)
 
     message = str(failed.value)
-    assert "no partition of it takes the loaded row (9998," in message
+    assert "no table partition of it takes the loaded row (9998," in message
     assert f"found at {b} line 40." in message
     assert (failed.value.path, failed.value.line) == (str(b), 40)
     assert "9999" not in message
@@ -543,7 +544,7 @@ def test_upsert_names_the_files_when_the_row_in_no_partition_cannot_be_found(db,
             on_error="reject", max_rejects=1,
         )  # fmt: skip
     message = str(failed.value)
-    assert "no partition of it takes the loaded row (9998," in message
+    assert "no table partition of it takes the loaded row (9998," in message
     assert f"the offending rows came from {a}, {b}." in message
     assert (failed.value.path, failed.value.line) == (None, None)
     assert _snapshot(db) == before

@@ -155,7 +155,7 @@ def test_two_runs_on_the_same_rows_the_newer_rows_win(db, conn, tmp_path, mode, 
         assert "finalized at" in text and "allow_older_run=True" in text, text
         assert "holds rows of a later run" in text, text
         if mode == "replace_partitions":
-            assert "partition readings_d1 of" in text, text
+            assert "table partition readings_d1 of" in text, text
 
     assert _values(db, 1) == {2}  # the newer run's rows, whatever the order
     assert leftovers(db) == []

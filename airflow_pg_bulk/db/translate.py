@@ -49,7 +49,7 @@ def copy_error(exc: Exception, plan: LoadPlan, piece: Piece) -> Exception:
     if is_connection_lost(exc):
         return TransientLoadError(
             f"loading {piece.path} into {plan.target.qualified}: the connection to the server "
-            f"was lost ({str(exc).strip()}); nothing of this partition was committed"
+            f"was lost ({str(exc).strip()}); nothing of this COPY stream was committed"
         )
     if not is_database_error(exc):
         return exc
@@ -61,7 +61,7 @@ def copy_server_error(err: ServerError, plan: LoadPlan, piece: Piece) -> Excepti
     if err.sqlstate in TRANSIENT_SQLSTATES:
         return TransientLoadError(
             f"loading {piece.path} into {plan.target.qualified}: {err.message} (SQLSTATE "
-            f"{err.sqlstate}); nothing of this partition was committed and a retry may succeed",
+            f"{err.sqlstate}); nothing of this COPY stream was committed and a retry may succeed",
             sqlstate=err.sqlstate,
         )
     if not is_data_sqlstate(err.sqlstate):

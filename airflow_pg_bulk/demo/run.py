@@ -106,7 +106,8 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
         print(f"      {naive:.2f} s", flush=True)
 
         print(
-            f"\n[2/3] airflow-pg-bulk in this process, {args.partitions} partitions ...", flush=True
+            f"\n[2/3] airflow-pg-bulk in this process, {args.partitions} COPY streams ...",
+            flush=True,
         )
         summary = runner.load(
             dsn, f"{SCHEMA}.readings", glob, mode="replace", header=True, partitions=args.partitions
@@ -134,7 +135,7 @@ def _run(dsn: str, args: argparse.Namespace, size: workload.Workload, workdir: P
         print(_row("naive: COPY into the indexed table (one connection)", naive, size.rows, naive))
         print(
             _row(
-                f"airflow-pg-bulk, in-process ({args.partitions} partitions)",
+                f"airflow-pg-bulk, in-process ({args.partitions} COPY streams)",
                 summary.total_seconds,
                 size.rows,
                 naive,

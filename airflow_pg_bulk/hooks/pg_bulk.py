@@ -91,7 +91,7 @@ class PgBulkHook(PostgresHook):
         run: RunOrder | None = None,
         application_name: str | None = None,
     ) -> LoadPlan:
-        """Validate, capture the target's definition, create staging; store each partition's
+        """Validate, capture the target's definition, create staging; store each COPY stream's
         pieces in the load's pieces table (:meth:`read_pieces`); return the plan.
 
         :param logical_date: the DAG run's logical date (ISO 8601), kept with the load.
@@ -107,7 +107,7 @@ class PgBulkHook(PostgresHook):
     def read_pieces(
         self, plan: LoadPlan, partitions: Sequence[int], *, application_name: str | None = None
     ) -> list[Partition]:
-        """These partitions of ``plan`` (the plan without pieces, :meth:`LoadPlan.shared`),
+        """These COPY streams of ``plan`` (the plan without pieces, :meth:`LoadPlan.shared`),
         with the pieces :meth:`prepare` stored for them (see
         :func:`airflow_pg_bulk.steps.read_pieces`)."""
         from airflow_pg_bulk import steps
@@ -124,7 +124,7 @@ class PgBulkHook(PostgresHook):
         *,
         application_name: str | None = None,
     ) -> PartitionResult:
-        """COPY one partition into staging, exactly once."""
+        """COPY one COPY stream into staging, exactly once."""
         from airflow_pg_bulk import steps
 
         name = application_name or naming.application_name(plan.load_id, "copy", index)
@@ -138,7 +138,7 @@ class PgBulkHook(PostgresHook):
         *,
         application_name: str | None = None,
     ) -> LoadSummary:
-        """COPY any partition the ledger lacks (after a partial clear), then build indexes
+        """COPY any COPY stream the ledger lacks (after a partial clear), then build indexes
         (several at once, each on a session of its own named after this step's, with a
         ``+<n>`` suffix) and constraints and swap (replace) or insert (append) atomically.
         :meth:`cancel` stops the extra sessions too."""

@@ -66,10 +66,10 @@ def record_misaligned(
         rollback_quietly(conn)
         raise
     log.warning(
-        "Partition %d of load %s: %s; nothing of it was kept, finalize loads it again from "
+        "Load %s: COPY stream %d: %s; nothing of it was kept, finalize loads it again from "
         "exact record starts",
-        index,
         plan.load_id,
+        index,
         exc,
     )
     return PartitionResult(index, 0, 0, seconds)

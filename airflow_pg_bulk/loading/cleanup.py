@@ -65,14 +65,14 @@ def cleanup(
             )
         pause = backoff * 2 ** (attempt - 1)
         log.warning(
-            "Cleanup of load %s: %s locked by another session; trying again in %.1f s",
+            "Load %s: cleanup: %s locked by another session; trying again in %.1f s",
             load_id,
             ", ".join(left),
             pause,
         )
         time.sleep(pause)
     if dropped:
-        log.info("Cleanup of load %s dropped %s", load_id, ", ".join(dropped))
+        log.info("Load %s: cleanup dropped %s", load_id, ", ".join(dropped))
     return dropped
 
 

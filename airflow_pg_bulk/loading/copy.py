@@ -172,9 +172,9 @@ def copy_partition(
             rows, nbytes, seconds, rejected = ledger.committed(conn, plan, index)
             conn.rollback()
             log.info(
-                "Partition %d of load %s was committed before (%d rows): nothing to do",
-                index,
+                "Load %s: COPY stream %d was committed before (%d rows): nothing to do",
                 plan.load_id,
+                index,
                 rows,
             )
             return PartitionResult(index, rows, nbytes, seconds, skipped=True, rejects=rejected)
@@ -195,9 +195,9 @@ def copy_partition(
         if copier is not None:
             copier.close()
     log.info(
-        "Partition %d of load %s: %d rows, %.1f MB in %.2f s (%.0f rows/s)",
-        index,
+        "Load %s: COPY stream %d: %d rows, %.1f MB in %.2f s (%.0f rows/s)",
         plan.load_id,
+        index,
         rows,
         nbytes / 1e6,
         seconds,

@@ -56,7 +56,7 @@ def finalize(
         rows, nbytes, rejected = totals.rows, totals.nbytes, totals.rejected
         if totals.finalized:
             log.info(
-                "Load %s was finalized before (the last attempt's commit went through): "
+                "Load %s: finalized before (the last attempt's commit went through): "
                 "%d rows are in %s; nothing to do",
                 plan.load_id,
                 rows,
@@ -91,7 +91,7 @@ def finalize(
         updated=merged[1] if merged else None,
     )
     log.info(
-        "Finalized load %s: %d rows now in %s (%s); finalize phases: %s",
+        "Load %s: finalized: %d rows now in %s (%s); finalize phases: %s",
         plan.load_id,
         rows,
         t.qualified,
@@ -127,7 +127,7 @@ def complete_and_finalize(
         :func:`finalize`)."""
     for index in ledger.missing_partitions(conn, plan):
         log.warning(
-            "Load %s: partition %d is not in the ledger (prepare ran again since its COPY "
+            "Load %s: COPY stream %d is not in the ledger (prepare ran again since its COPY "
             "task committed); loading it in finalize",
             plan.load_id,
             index,

@@ -113,7 +113,7 @@ def read_pieces(
     missing = sorted(set(partitions) - stored.keys())
     if missing:
         raise IncompleteLoadError(
-            f"load {plan.load_id} into {t.qualified}: no pieces stored for partitions {missing}"
+            f"load {plan.load_id} into {t.qualified}: no pieces stored for COPY streams {missing}"
         )
     sizes = {p.index: p.bytes for p in plan.partitions}
     return [
@@ -199,7 +199,7 @@ def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
     missing = sorted(p.index for p in plan.partitions if p.index not in done)
     if missing:
         raise IncompleteLoadError(
-            f"load {plan.load_id} into {t.qualified}: partitions {missing} are not in the ledger "
+            f"load {plan.load_id} into {t.qualified}: COPY streams {missing} are not in the ledger "
             "(their COPY tasks did not commit); run them before finalize"
         )
     rows = sum(row[1] for row in ledger)

@@ -76,7 +76,8 @@ def copy_piece(
     with open_piece(piece) as parquet_file:
         names = file_columns(parquet_file.schema_arrow.names, plan.columns)
         log.info(
-            "Reading %s row groups %s (%.1f MB)",
+            "Load %s: reading %s row groups %s (%.1f MB)",
+            plan.load_id,
             piece.path,
             groups_text(piece.row_groups),
             (piece.size or 0) / 1e6,

@@ -67,7 +67,7 @@ def prepare(
             conn.rollback()
             key = planning.upsert_spec(request, target, columns, indexes)
         total = sum(f.size for f in files)
-        strategy = rebuild.resolve(conn, request, target, total)
+        strategy = rebuild.resolve(conn, request, target, total, load_id)
         conn.rollback()
         partitions = source_format.cut(files, request.partition_count(total), matched)
         plan = planning.build_plan(
@@ -104,7 +104,7 @@ def prepare(
         raise
     cleanup.drop_abandoned(conn, plan)
     log.info(
-        "Prepared load %s into %s (%s%s): %d files, %.1f MB in %d partitions, staging %s (%s)%s",
+        "Load %s: prepared into %s (%s%s): %d files, %.1f MB in %d COPY streams, staging %s (%s)%s",
         load_id,
         target.qualified,
         request.mode,
@@ -114,6 +114,6 @@ def prepare(
         len(partitions),
         plan.staging_table,
         "logged" if plan.staging_logged else "unlogged",
-        "; kept from an earlier attempt, with its committed partitions" if resumed else "",
+        "; kept from an earlier attempt, with its committed COPY streams" if resumed else "",
     )
     return plan

@@ -303,7 +303,7 @@ def _record(job: _Job, line: int, raw: bytes, error: str) -> None:
     }
     execute(job.conn, sql.insert_reject(schema, table, **row))
     job.found.add(row)
-    log.info("Rejected %s line %d: %s", job.piece.path, line, error)
+    log.info("Load %s: rejected %s line %d: %s", plan.load_id, job.piece.path, line, error)
 
 
 def _set_aside(

@@ -63,7 +63,7 @@ def repair(conn: DatabaseConnection, plan: LoadPlan) -> list[int]:
         return []
     fixed, redo = repaired_plan(plan, flagged)
     log.warning(
-        "Load %s: partitions %s began or ended inside a record; loading partitions %s again "
+        "Load %s: COPY streams %s began or ended inside a record; loading COPY streams %s again "
         "from exact record starts (nothing is visible yet)",
         plan.load_id,
         sorted(flagged),

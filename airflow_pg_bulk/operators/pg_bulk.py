@@ -155,9 +155,9 @@ class _PgBulkOperator(BaseOperator):
 class PgBulkPrepareOperator(_PgBulkOperator):
     """Validate the load, capture the target's definition, create staging, split the source.
 
-    Stores each partition's pieces (the byte ranges it copies) in the load's pieces table in
-    the target database, which each COPY task reads by its partition number. Returns the
-    partition numbers (``[0, 1, …]``) as its XCom, to map the COPY tasks over, and pushes what
+    Stores each COPY stream's pieces (the byte ranges it copies) in the load's pieces table in
+    the target database, which each COPY task reads by its COPY stream number. Returns the
+    COPY stream numbers (``[0, 1, …]``) as its XCom, to map the COPY tasks over, and pushes what
     every task shares (the plan without the pieces) under the XCom key ``plan``, which copy and
     finalize fetch themselves (their ``prepare_task_id``): both a few KB whatever the number
     of files::
@@ -251,7 +251,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         # the whole list) and reads its own pieces from the pieces table
         context["ti"].xcom_push(key="plan", value=plan.shared().to_dict())
         self.log.info(
-            "Load %s: %d partitions of %s, %.1f MB in all",
+            "Load %s: %d COPY streams into %s, %.1f MB in all",
             load_id,
             len(plan.partitions),
             plan.target.qualified,
@@ -283,11 +283,12 @@ def _checked_source(value: Any) -> str | list[str]:
 
 
 class PgBulkCopyOperator(_PgBulkOperator):
-    """COPY partitions of the plan into staging, each exactly once (map it over the partitions).
+    """COPY streams of the plan into staging, each exactly once (map it over the COPY streams;
+    a COPY stream is a slice of the input, not a partition of the target table).
 
     The plan is not an argument: the task fetches it from the XCom ``plan`` of
     ``prepare_task_id`` when it runs (the plan without pieces, a few KB), so it is not stored
-    as a rendered field of every COPY task, and reads its partitions' pieces from the load's
+    as a rendered field of every COPY task, and reads its COPY streams' pieces from the load's
     pieces table, which prepare wrote. Wired by hand::
 
         PgBulkCopyOperator.partial(task_id="copy", prepare_task_id="prepare").expand(
@@ -298,12 +299,13 @@ class PgBulkCopyOperator(_PgBulkOperator):
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param prepare_task_id: the prepare task's task id, with its group prefix
         (``prepare.task_id``).
-    :param partition: the partition's number, as prepare returns them, or a list of numbers
+    :param partition: the COPY stream's number, as prepare returns them (not a table
+        partition), or a list of numbers
         (copied one after another, each in its own transaction); map with
         ``.expand(partition=prepare.output)``: over a mapped prepare's output, each COPY task
-        gets one prepare instance's list. A whole partition (a dict with its ``pieces``) is
+        gets one prepare instance's list. A whole COPY stream (a dict with its ``pieces``) is
         copied as given. (templated)
-    :param partition_stride: with an int ``partition`` ``i``: copy partitions ``i``,
+    :param partition_stride: with an int ``partition`` ``i``: copy COPY streams ``i``,
         ``i + partition_stride``, ``i + 2 * partition_stride``, … (those the plan has; none is
         not an error), for a fixed number of unmapped COPY tasks; default none: only
         ``partition``.
@@ -331,14 +333,14 @@ class PgBulkCopyOperator(_PgBulkOperator):
         self.prepare_map_index = prepare_map_index
 
     def partition_numbers(self, count: int) -> list[int]:
-        """The (rendered) partition numbers this task copies, of a plan of ``count``."""
+        """The (rendered) COPY stream numbers this task copies, of a plan of ``count``."""
         if self.partition_stride:
             return list(range(int(self.partition), count, int(self.partition_stride)))
         items = self.partition if isinstance(self.partition, (list, tuple)) else [self.partition]
         return [int(p["index"]) if isinstance(p, dict) else int(p) for p in items]
 
     def partitions(self, plan: LoadPlan, session: str) -> list[Partition]:
-        """The partitions (with their pieces) this task copies: given whole (dicts with their
+        """The COPY streams (with their pieces) this task copies: given whole (dicts with their
         pieces), as they are; else, given numbers, with the pieces read from the load's pieces
         table."""
         items = self.partition if isinstance(self.partition, (list, tuple)) else [self.partition]
@@ -360,14 +362,19 @@ class PgBulkCopyOperator(_PgBulkOperator):
             numbers = [p.index for p in mine]
             results = [self._copy(plan, index, name) for index in numbers]
         if not numbers:
-            self.log.info("No partition of %d is this task's", len(plan.partitions))
+            self.log.info(
+                "Load %s: none of the %d COPY streams is this task's",
+                plan.load_id,
+                len(plan.partitions),
+            )
         single = not self.partition_stride and not isinstance(self.partition, (list, tuple))
         return results[0] if single else results
 
     def _copy(self, plan: LoadPlan, index: int, session: str) -> dict[str, Any]:
         part = plan.partition(index)
         self.log.info(
-            "Partition %d: %d pieces, %.1f MB: %s",
+            "Load %s: COPY stream %d: %d pieces, %.1f MB: %s",
+            plan.load_id,
             index,
             len(part.pieces),
             part.bytes / 1e6,
@@ -375,7 +382,13 @@ class PgBulkCopyOperator(_PgBulkOperator):
         )
 
         def progress(done: int, expected: int) -> None:
-            self.log.info("Partition %d: %.1f of %.1f MB copied", index, done / 1e6, expected / 1e6)
+            self.log.info(
+                "Load %s: COPY stream %d: %.1f of %.1f MB copied",
+                plan.load_id,
+                index,
+                done / 1e6,
+                expected / 1e6,
+            )
 
         with _terminal_errors_fail():
             result = self.hook.copy_partition(plan, index, progress, application_name=session)
@@ -427,11 +440,15 @@ class PgBulkFinalizeOperator(_PgBulkOperator):
             with closing(self.hook.get_conn()) as conn:
                 copies = ledger.copy_span(conn, plan)
         except Exception:  # finalize says what is wrong with the ledger
-            self.log.warning("could not read the COPY times from the ledger", exc_info=True)
+            self.log.warning(
+                "Load %s: could not read the COPY times from the ledger",
+                plan.load_id,
+                exc_info=True,
+            )
         with _terminal_errors_fail():
             summary = self.hook.finalize(plan, application_name=name)
         summary = figures.whole_load(summary, plan, copies, time.time())
-        self.log.info("%s", summary.describe())
+        self.log.info("Load %s: %s", plan.load_id, summary.describe())
         self._announce(context, plan, summary)
         return summary.to_dict()
 

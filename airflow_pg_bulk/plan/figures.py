@@ -126,10 +126,14 @@ class LoadSummary(PlainData):
         return self.rows - self.inserted - self.updated
 
     def to_dict(self) -> dict[str, Any]:
-        """The fields, plus ``wall_seconds``, ``rows_per_second``, ``megabytes_per_second``
-        and ``superseded`` (derived: :meth:`from_dict` ignores them)."""
+        """The fields, plus ``wall_seconds``, ``rows_per_second``, ``megabytes_per_second``,
+        ``superseded`` and ``copy_streams`` (derived: :meth:`from_dict` ignores them).
+        ``copy_streams`` is ``partitions`` (the COPY streams the load was cut into, not table
+        partitions) under the name the logs and docs use; ``partitions`` stays for readers of
+        the old key."""
         return {
             **super().to_dict(),
+            "copy_streams": self.partitions,
             "wall_seconds": self.wall_seconds,
             "rows_per_second": self.rows_per_second,
             "megabytes_per_second": self.megabytes_per_second,
@@ -139,7 +143,13 @@ class LoadSummary(PlainData):
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadSummary:  # type: ignore[override]
         """Rebuild from :meth:`to_dict` output (the derived figures are recomputed)."""
-        derived = ("wall_seconds", "rows_per_second", "megabytes_per_second", "superseded")
+        derived = (
+            "wall_seconds",
+            "rows_per_second",
+            "megabytes_per_second",
+            "superseded",
+            "copy_streams",
+        )
         return super().from_dict({k: v for k, v in data.items() if k not in derived})
 
     def describe(self) -> str:
@@ -147,7 +157,7 @@ class LoadSummary(PlainData):
         mb = self.bytes / 1e6
         span = "" if self.whole else " (finalize alone: prepare and COPY not included)"
         lines = [
-            f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} partitions) into "
+            f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} COPY streams) into "
             f"{self.table} ({self.mode}) in {self.wall_seconds:.2f} s{span}: "
             f"{self.rows_per_second:,.0f} rows/s, {self.megabytes_per_second:,.1f} MB/s",
         ]

@@ -185,4 +185,4 @@ class LoadPlan(PlainData):
         for part in self.partitions:
             if part.index == index:
                 return part
-        raise KeyError(f"load {self.load_id} has no partition {index}")
+        raise KeyError(f"load {self.load_id} has no COPY stream {index}")

@@ -338,13 +338,13 @@ def content_chunks(
         if end is not None and counting.count != end - start:
             raise SourceChangedError(
                 f"source {url} changed while it was read: {counting.count} bytes read from "
-                f"offset {start} where the range holds {end - start}; nothing of this partition "
+                f"offset {start} where the range holds {end - start}; nothing of this COPY stream "
                 "was committed. Run the load again (prepare lists the objects anew)"
             )
         if end is None and size is not None and counting.count + start != size:
             raise SourceChangedError(
                 f"source {url} changed while it was read: {counting.count} bytes read where "
-                f"prepare listed {size}; nothing of this partition was committed. Run the load "
+                f"prepare listed {size}; nothing of this COPY stream was committed. Run the load "
                 "again (prepare lists the objects anew)"
             )
         fs.invalidate_cache(key)
@@ -390,7 +390,7 @@ def _read_errors(url: str, conn_id: str | None, etag: str | None) -> Iterator[No
         raise
     except FileNotFoundError:
         raise SourceChangedError(
-            f"source {url} was deleted after prepare listed it; nothing of this partition was "
+            f"source {url} was deleted after prepare listed it; nothing of this COPY stream was "
             "committed. Run the load again (prepare lists the objects anew)"
         ) from None
     except PermissionError as exc:
@@ -401,12 +401,12 @@ def _read_errors(url: str, conn_id: str | None, etag: str | None) -> Iterator[No
         if _expired(exc):
             raise SourceChangedError(
                 f"source {url} was replaced while it was read (its ETag no longer matches "
-                f"{etag}); nothing of this partition was committed. Run the load again "
+                f"{etag}); nothing of this COPY stream was committed. Run the load again "
                 "(prepare lists the objects anew)"
             ) from None
         raise TransientLoadError(
             f"reading {url} failed ({type(exc).__name__}: {scrub(str(exc))}); nothing of this "
-            "partition was committed and a retry reads the object again"
+            "COPY stream was committed and a retry reads the object again"
         ) from None
 
 
@@ -446,7 +446,7 @@ def _check_unchanged(url: str, info: dict[str, Any], size: int | None, etag: str
     if changes:
         raise SourceChangedError(
             f"source {url} changed after prepare listed it ({', '.join(changes)}): loading it "
-            "now would mix two versions of the source; nothing of this partition was committed. "
+            "now would mix two versions of the source; nothing of this COPY stream was committed. "
             "Run the load again (prepare lists the objects anew)"
         )
 

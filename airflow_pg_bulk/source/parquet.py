@@ -278,7 +278,7 @@ def open_piece(piece: Piece) -> Iterator[Any]:
     if size != piece.source_size:
         raise objects.SourceChangedError(
             f"source {piece.path} changed after prepare read it (size {piece.source_size} -> "
-            f"{size} bytes); nothing of this partition was committed. Run the load again"
+            f"{size} bytes); nothing of this COPY stream was committed. Run the load again"
         )
     with pq.ParquetFile(piece.path) as parquet_file:
         _check_row_groups(parquet_file, piece)
@@ -294,7 +294,7 @@ def _check_row_groups(parquet_file: Any, piece: Piece) -> None:
     raise objects.SourceChangedError(
         f"source {piece.path} changed after prepare read it (its row groups "
         f"{groups_text(piece.row_groups)} are not where they were); nothing of this "
-        "partition was committed. Run the load again"
+        "COPY stream was committed. Run the load again"
     )
 
 

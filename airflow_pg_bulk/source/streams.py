@@ -130,7 +130,7 @@ class Stream:
             if self._taken:
                 raise LoadRefusedError(
                     f"source {self.name} is a stream and was read already: it cannot be read "
-                    "twice (a retried partition needs the data again; load it from a file)"
+                    "twice (a retried COPY stream needs the data again; load it from a file)"
                 )
             self._taken = True
         try:

@@ -63,10 +63,11 @@ def build_on_staging(
         commit()
         if builds:
             log.info(
-                "Load %s: building %d indexes on %s, %d at once, %d parallel workers each",
-                plan.load_id,
+                "Load %s: building %d indexes on %s for %s, %d at once, %d parallel workers each",
+                naming.owning_load_id(stage) or plan.load_id,
                 len(builds),
                 stage,
+                t.qualified,
                 min(sizing.builds, len(builds)) if sessions else 1,
                 sizing.workers,
             )

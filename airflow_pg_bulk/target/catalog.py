@@ -47,7 +47,7 @@ def capture(
     partitioned = relkind == RelKind.PARTITIONED and not as_partition
     if partitioned and is_partition:
         raise LoadRefusedError(
-            f"target {schema}.{table} is itself a partition of a partitioned table; "
+            f"target {schema}.{table} is itself a table partition of a partitioned table; "
             "load into its top-level parent (multi-level partitioning is not supported)"
         )
     if relkind != RelKind.TABLE and not partitioned:
@@ -123,7 +123,7 @@ def capture(
             )
     blockers = [row[0] for row in execute(conn, sql.unsupported_dependents(oid))]
     if is_partition and not as_partition:
-        problems.append("it is a partition of a partitioned table")
+        problems.append("it is a table partition of a partitioned table")
     if inherits and not partitioned and not as_partition:
         problems.append("it takes part in table inheritance")
     if rls:
@@ -166,13 +166,13 @@ def capture_partitioning(
         leaf_schema, name, relkind = odd[0]
         if relkind == RelKind.PARTITIONED:
             raise LoadRefusedError(
-                f"target {schema}.{table} is partitioned on more than one level (its partition "
-                f"{leaf_schema}.{name} is partitioned too); multi-level partitioning is not "
-                "supported: load each sub-partitioned partition as its own target"
+                f"target {schema}.{table} is partitioned on more than one level (its table "
+                f"partition {leaf_schema}.{name} is partitioned too); multi-level partitioning is "
+                "not supported: load each sub-partitioned table partition as its own target"
             )
         raise LoadRefusedError(
-            f"partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
-            "(a foreign table?); only plain-table partitions are supported"
+            f"table partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
+            "(a foreign table?); only plain tables are supported as table partitions"
         )
     return Partitioning(key, ())
 
@@ -193,8 +193,8 @@ def capture_leaves(
     ):
         if relkind != RelKind.TABLE:
             raise LoadRefusedError(
-                f"partition {leaf_schema}.{name} of {target.qualified} is not a plain table; "
-                "only plain-table partitions of one level are supported"
+                f"table partition {leaf_schema}.{name} of {target.qualified} is not a plain table; "
+                "only plain-table leaf partitions of one level are supported"
             )
         leaf = capture(conn, leaf_schema, name, as_partition=True)
         leaves.append(LeafPartition(bound, constraint, leaf))
@@ -208,7 +208,7 @@ def leaf_problems(target: TargetDefinition, leaves: Sequence[LeafPartition]) -> 
     inherited_triggers = {trigger.name for trigger in target.triggers}
     for partition in leaves:
         leaf = partition.definition
-        where = f"its partition {leaf.qualified}"
+        where = f"its table partition {leaf.qualified}"
         if leaf.schema != target.schema:
             problems.append(f"{where} is in another schema")
         problems.extend(f"{where}: {problem}" for problem in leaf.unsupported)
@@ -310,7 +310,7 @@ def refuse_unsupported(target: TargetDefinition, mode: Mode) -> None:
         if mode.swaps_table and problems:
             raise LoadRefusedError(
                 f"{mode} of the partitioned {target.qualified} refused before anything "
-                "changed: " + "; ".join(problems) + ". Its partitions are replaced by "
+                "changed: " + "; ".join(problems) + ". Its table partitions are replaced by "
                 "tables built beside them, which cannot carry these over"
             )
         return

@@ -229,10 +229,10 @@ def refuse_overwriting_newer(
     what = plan.target.qualified
     if parts is not None and their_parts:
         shared = sorted(set(their_parts) & set(parts))
-        what = f"partition{'s' if len(shared) > 1 else ''} {', '.join(shared)} of {what}"
+        what = f"table partition{'s' if len(shared) > 1 else ''} {', '.join(shared)} of {what}"
     if plan.settings.allow_older_run:
         log.warning(
-            "Load %s (run %s, data interval %s to %s) replaces rows of %s that the later run "
+            "Load %s: run %s (data interval %s to %s) replaces rows of %s that the later run "
             "%s (data interval %s to %s, load %s) loaded: allow_older_run is set",
             plan.load_id,
             run.run_id,

@@ -231,9 +231,9 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
             leaf = by_name.get((leaf_schema, name))
             if leaf is None or (leaf.bound, leaf.constraint) != (bound, constraint):
                 raise LoadRefusedError(
-                    f"partition {leaf_schema}.{name} of {t.qualified} was detached or changed "
-                    "while this load routed its rows to it; nothing was swapped. Run the load "
-                    "again"
+                    f"table partition {leaf_schema}.{name} of {t.qualified} was detached or "
+                    "changed while this load routed its rows to it; nothing was swapped. Run the "
+                    "load again"
                 )
             leaves.append(leaf)
             execute(
@@ -248,10 +248,10 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
         routed = _with_leaves(plan, Partitioning(parts.key, tuple(leaves), captured.unsupported))
         conn.commit()
     log.info(
-        "Load %s into %s: its rows go to %d partitions (%s)",
+        "Load %s: its rows go to %d table partitions of %s (%s)",
         plan.load_id,
-        t.qualified,
         len(leaves),
+        t.qualified,
         ", ".join(leaf.definition.table for leaf in leaves[:5])
         + (", ..." if len(leaves) > 5 else ""),
     )
@@ -320,8 +320,9 @@ def _unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str | None]
     found = violations.locate_failing(conn, plan, sql.in_no_partition(constraints))
     path, line = found.rows[0] if found.rows else (None, None)
     return BadDataError(
-        f"no partition of {t.qualified} takes the loaded row {row} ({', '.join(plan.columns)})"
-        f", {found.describe()}. Nothing of this load reached {t.qualified}",
+        f"no table partition of {t.qualified} takes the loaded row {row} "
+        f"({', '.join(plan.columns)}), {found.describe()}. Nothing of this load reached "
+        f"{t.qualified}",
         path=path,
         line=line,
         value=translate.truncate(row),
@@ -339,8 +340,8 @@ def _routed_before(conn: DatabaseConnection, plan: LoadPlan) -> LoadPlan:
     leaves = tuple(LeafPartition.from_dict(json.loads(text)) for _n, text in numbered)
     if [n for n, _text in numbered] != list(range(len(leaves))):
         raise IncompleteLoadError(
-            f"load {plan.load_id}: its staging was routed to partitions of {t.qualified} by an "
-            "earlier attempt, but some of their tables are gone; run the whole load again"
+            f"load {plan.load_id}: its staging was routed to table partitions of {t.qualified} "
+            "by an earlier attempt, but some of their tables are gone; run the whole load again"
         )
     problems = catalog.leaf_problems(t, leaves)
     return _with_leaves(plan, Partitioning(_parts(plan).key, leaves, problems))
@@ -394,8 +395,8 @@ def finalize_partitioned(
         raise LoadRefusedError(
             f"{plan.mode} of the partitioned {t.qualified} refused before anything changed: "
             + "; ".join(parts.unsupported)
-            + ". Its partitions are replaced by tables built beside them, which cannot carry "
-            "these over"
+            + ". Its table partitions are replaced by tables built beside them, which cannot "
+            "carry these over"
         )
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     loaded = list(range(len(leaves)))
@@ -477,11 +478,11 @@ def finalize_partitioned(
                 execute(conn, sql.analyze(t.schema, leaves[n].definition.table))
                 conn.commit()
     log.info(
-        "Load %s into %s (%s): %d partitions received rows; %d swapped in by ATTACH "
+        "Load %s: %s into %s: %d table partitions received rows; %d swapped in by ATTACH "
         "PARTITION, %d loaded in place%s",
         plan.load_id,
-        t.qualified,
         plan.mode,
+        t.qualified,
         len(loaded),
         len(loaded) - len(inserted),
         len(inserted),
@@ -519,7 +520,7 @@ def _refuse_changed_leaves(
             or found.definition.fingerprint() != d.fingerprint()
         ):
             raise LoadRefusedError(
-                f"partition {d.qualified} of {plan.target.qualified} was detached, or its "
+                f"table partition {d.qualified} of {plan.target.qualified} was detached, or its "
                 "definition changed (indexes, constraints, grants, owner or comments), "
                 "between the build of its new table and the swap; nothing was swapped. Run "
                 "the load again"
@@ -588,7 +589,7 @@ def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
     )
     seconds = time.perf_counter() - started
     log.info(
-        "Load %s: %d partitions of %s built on %d sessions at once in %.2f s",
+        "Load %s: %d table partitions of %s built on %d sessions at once in %.2f s",
         plan.load_id,
         len(swapped),
         plan.target.qualified,
@@ -660,7 +661,8 @@ def _to_swap(conn: DatabaseConnection, plan: LoadPlan, loaded: list[int]) -> lis
     owner = execute(conn, sql.loader_privileges(plan.target.oid))[0][0]
     if not owner or parts.unsupported or plan.target.referencing_keys:
         log.info(
-            "append into %s: every partition in place (a partition cannot be swapped in: %s)",
+            "Load %s: append into %s: every table partition in place (none can be swapped in: %s)",
+            plan.load_id,
             plan.target.qualified,
             "the role does not own the target" if not owner else "; ".join(parts.unsupported),
         )

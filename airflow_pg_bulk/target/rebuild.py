@@ -53,7 +53,7 @@ log = logging.getLogger(__name__)
 def obstacle(conn: DatabaseConnection, target: TargetDefinition) -> str | None:
     """Why the target cannot be rebuilt and swapped (what a replace would refuse), or None."""
     if target.partitioning is not None:
-        return "the target is partitioned (its partitions are loaded one by one instead)"
+        return "the target is partitioned (its table partitions are loaded one by one instead)"
     owner, _insert, _create, role, _update = execute(conn, sql.loader_privileges(target.oid))[0]
     if not owner:
         return (
@@ -66,9 +66,14 @@ def obstacle(conn: DatabaseConnection, target: TargetDefinition) -> str | None:
 
 
 def resolve(
-    conn: DatabaseConnection, request: LoadRequest, target: TargetDefinition, load_bytes: int
+    conn: DatabaseConnection,
+    request: LoadRequest,
+    target: TargetDefinition,
+    load_bytes: int,
+    load_id: str,
 ) -> str:
-    """prepare: the strategy of an append or upsert, by the cost model; logs why."""
+    """prepare: the strategy of an append or upsert, by the cost model; logs why (naming the
+    load by ``load_id``)."""
     if not request.mode.takes_strategy:
         return "in_place"
     target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
@@ -85,7 +90,12 @@ def resolve(
         )
     )
     (log.warning if request.strategy == "auto" and "not possible" in why else log.info)(
-        "%s into %s: strategy %s (%s)", request.mode, target.qualified, choice, why
+        "Load %s: %s into %s: strategy %s (%s)",
+        load_id,
+        request.mode,
+        target.qualified,
+        choice,
+        why,
     )
     return choice
 
@@ -134,7 +144,7 @@ def make_visible(
         swap.drop_retired(conn, plan)
     if merged:
         log.info(
-            "Upsert of load %s into %s rebuilt: %d rows inserted, %d updated",
+            "Load %s: upsert into %s rebuilt: %d rows inserted, %d updated",
             plan.load_id,
             t.qualified,
             *merged,

@@ -84,7 +84,7 @@ def check_count(conn: DatabaseConnection, plan: LoadPlan, staged: int, rows: int
     rollback_quietly(conn)
     raise IncompleteLoadError(
         f"load {plan.load_id}: the unlogged staging table {plan.staging_table} holds {staged} "
-        f"rows but the ledger records {rows}: a server crash emptied it after some partitions "
+        f"rows but the ledger records {rows}: a server crash emptied it after some COPY streams "
         f"had committed. Nothing reached {plan.target.qualified}; run the whole load again "
         "(clear its prepare task)"
     )

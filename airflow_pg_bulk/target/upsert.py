@@ -119,7 +119,7 @@ def make_visible(
             )[0]
             inserted, updated = inserted + added, updated + changed
     log.info(
-        "Upsert of load %s into %s on key (%s): %d rows inserted, %d updated, %d loaded rows "
+        "Load %s: upsert into %s on key (%s): %d rows inserted, %d updated, %d loaded rows "
         "superseded by a later row with the same key",
         plan.load_id,
         t.qualified,
@@ -200,7 +200,7 @@ def _refuse_unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str 
     found = violations.locate_failing(conn, plan, sql.in_no_partition(constraints))
     path, line = found.rows[0] if found.rows else (None, None)
     raise BadDataError(
-        f"upsert into the partitioned {t.qualified}: no partition of it takes the loaded "
+        f"upsert into the partitioned {t.qualified}: no table partition of it takes the loaded "
         f"row {row} ({', '.join(plan.columns)}), {found.describe()}. Nothing of this load "
         f"reached {t.qualified}",
         path=path,

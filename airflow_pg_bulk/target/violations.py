@@ -150,7 +150,7 @@ def _search(
             if found is not None:
                 return found
     except Exception:
-        log.warning("could not find the offending rows of load %s", plan.load_id, exc_info=True)
+        log.warning("Load %s: could not find the offending rows", plan.load_id, exc_info=True)
     finally:
         rollback_quietly(conn)
     return Found(files=files)
@@ -274,7 +274,11 @@ def _replay(conn: DatabaseConnection, plan: LoadPlan, checks: list[_Check]) -> F
         if listing.piece_kind(piece) is SourceKind.STREAM:
             continue  # read once, by the COPY task
         if time.monotonic() - started > BUDGET_SECONDS:
-            log.warning("stopped looking for the offending row after %.0f s", BUDGET_SECONDS)
+            log.warning(
+                "Load %s: stopped looking for the offending row after %.0f s",
+                plan.load_id,
+                BUDGET_SECONDS,
+            )
             return None
         loaded = copy_in(conn, copy, reading.piece_chunks(piece, plan.copy))
         read.append((piece, total))

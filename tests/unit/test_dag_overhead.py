@@ -38,7 +38,7 @@ LOG = [
     record(1.36, "Worker startup parse complete", dag_file_parse_ms=50),
     "not json: a plain line",
     record(1.40, "::endgroup::"),
-    record(1.45, "Partition 0: 2 pieces"),
+    record(1.45, "Load 0123456789ab: COPY stream 0: 2 pieces"),
     record(1.70, "::group::Post Execute"),
     record(1.72, "Pushing xcom"),
     record(1.75, "::endgroup::"),
