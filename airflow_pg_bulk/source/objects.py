@@ -1,5 +1,6 @@
 """Object-storage sources: ``s3://bucket/prefix/*.csv.gz`` and any other URL an fsspec
-filesystem serves, through Airflow's :class:`~airflow.sdk.ObjectStoragePath`.
+filesystem serves: through Airflow's :class:`~airflow.sdk.ObjectStoragePath` when a connection
+is named, through fsspec alone (no Airflow import) when credentials come from the environment.
 
 A URL is listed by prepare (globs over prefixes, ``**`` allowed) and each object becomes one
 whole piece that records the object's size and ETag; the COPY task that owns it opens it again,
@@ -110,7 +111,13 @@ def _path(url: str, conn_id: str | None) -> _Located:
     what to install.
 
     Filesystems are kept per scheme, connection and credential environment (Airflow's own
-    store cache keeps the first one a process made, whatever its environment is now)."""
+    store cache keeps the first one a process made, whatever its environment is now).
+
+    Without a connection (the command line, a load given only the standard environment), the
+    URL goes to fsspec directly: importing Airflow for its ObjectStoragePath costs 4-5 s of a
+    CLI load before anything is listed, and without a connection it adds nothing."""
+    if conn_id is None and not _names_a_connection(url):
+        return _plain_path(url)
     try:
         from airflow.sdk import ObjectStoragePath
         from airflow.sdk.io import get_fs
@@ -125,10 +132,7 @@ def _path(url: str, conn_id: str | None) -> _Located:
         if fs is None:
             fs = _FILESYSTEMS[cache_key] = get_fs(parsed.protocol, conn_id)
     except ImportError as exc:
-        extra = _EXTRA_FOR.get(scheme, f"the fsspec package for {scheme}://")
-        raise LoadRefusedError(
-            f"source {url}: reading {scheme}:// needs {extra} ({scrub(str(exc))})"
-        ) from None
+        raise _needs_package(url, scheme, exc) from None
     except PermissionError as exc:
         raise _access_denied(url, conn_id, exc) from None
     except Exception as exc:  # an unknown protocol, a missing connection, a bad connection extra
@@ -137,6 +141,38 @@ def _path(url: str, conn_id: str | None) -> _Located:
             f"{scrub(str(exc))}){_install_hint(scheme)}"
         ) from None
     return _Located(fs, parsed.path, scheme, conn_id)
+
+
+def _needs_package(url: str, scheme: str, exc: ImportError) -> LoadRefusedError:
+    extra = _EXTRA_FOR.get(scheme, f"the fsspec package for {scheme}://")
+    return LoadRefusedError(f"source {url}: reading {scheme}:// needs {extra} ({scrub(str(exc))})")
+
+
+def _names_a_connection(url: str) -> bool:
+    """Whether ``url`` carries an Airflow connection id (``s3://conn@bucket/key``)."""
+    rest = url.split("://", 1)[-1]
+    return "@" in rest.split("/", 1)[0]
+
+
+def _plain_path(url: str) -> _Located:
+    """``url`` on the fsspec filesystem of its scheme, credentials from the environment."""
+    scheme = scheme_of(url) or ""
+    try:
+        import fsspec
+
+        cache_key = (scheme, None, _environment())
+        fs = _FILESYSTEMS.get(cache_key)
+        if fs is None:
+            # fsspec keeps one instance per arguments, whatever the environment is now
+            fs = _FILESYSTEMS[cache_key] = fsspec.filesystem(scheme, skip_instance_cache=True)
+        key = fsspec.core.strip_protocol(url)  # bucket/key for s3
+    except ImportError as exc:
+        raise _needs_package(url, scheme, exc) from None
+    except ValueError as exc:  # fsspec: an unknown protocol
+        raise LoadRefusedError(
+            f"source {url}: cannot open its filesystem ({scrub(str(exc))}){_install_hint(scheme)}"
+        ) from None
+    return _Located(fs, key, scheme, None)
 
 
 def _install_hint(scheme: str) -> str:
