@@ -3,6 +3,7 @@
     airflow-pg-bulk [-q] load --conn DSN --table SCHEMA.TABLE --source PATH_OR_GLOB
         --mode replace|append|upsert|replace_partitions [--source ...] [one flag per load option]
         [--jobs N] [--json]
+    airflow-pg-bulk [-q] cleanup --conn DSN --table SCHEMA.TABLE [--dry-run]
     airflow-pg-bulk [-q] demo [--conn DSN] [--days D] [--meters M] [--partitions N] [--no-airflow]
                               [--executor {local,celery}] [--broker-url URL]
 
@@ -16,8 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import re
+import signal
+import socket
 import sys
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,15 +32,24 @@ from airflow_pg_bulk.options import MODE_HELP
 from airflow_pg_bulk.plan import request_from_options
 
 
+def _database_command(
+    sub: argparse._SubParsersAction, common: argparse.ArgumentParser, name: str, **texts: str
+) -> argparse.ArgumentParser:
+    """A subcommand working on a database (``--conn``), its ``help`` and ``description``."""
+    p = sub.add_parser(name, parents=[common], **texts)
+    p.add_argument("--conn", required=True, help="libpq connection string or URI (required)")
+    return p
+
+
 def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
-    p = sub.add_parser(
+    p = _database_command(
+        sub,
+        common,
         "load",
-        parents=[common],
         help="load files into a table: prepare, parallel COPY, finalize",
         description="Load files into a table: prepare, parallel COPY, finalize, cleanup. "
         "--mode is required: " + ", or ".join(f"{m}: {w}" for m, w in MODE_HELP.items()) + ".",
     )
-    p.add_argument("--conn", required=True, help="libpq connection string or URI (required)")
     p.add_argument(
         "--table", required=True, help="target table, schema.table; must exist (required)"
     )
@@ -53,14 +67,18 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         metavar="N",
         help="COPY connections at once (default: min(COPY streams, 4))",
     )
+    _driver_flag(p)
+    p.add_argument(
+        "--json", action="store_true", help="print the summary as JSON (default: as text)"
+    )
+
+
+def _driver_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--driver",
         choices=["psycopg", "psycopg2"],
         default="psycopg",
         help="database driver (default: psycopg)",
-    )
-    p.add_argument(
-        "--json", action="store_true", help="print the summary as JSON (default: as text)"
     )
 
 
@@ -99,6 +117,39 @@ def _demo_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     p.add_argument("--workdir", help="keep data files and Airflow's home here")
 
 
+def _cleanup_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+    p = _database_command(
+        sub,
+        common,
+        "cleanup",
+        help="remove the tables of loads into a table that are not running",
+        description="List and remove the tables (_pgbulk_<load id>_*) of loads into TABLE that "
+        "are not running: a load killed by SIGKILL or a crash. A load is running while one of its "
+        "sessions (application_name pgbulk:<load id>:...) is connected or a session locks its "
+        "ledger; its tables are listed, never removed. Under Airflow, a load between two of its "
+        "tasks has no session: run this when none of its DAG runs is in flight. The next load "
+        "into TABLE removes them too, after abandoned_after (default 1d).",
+    )
+    p.add_argument("--table", required=True, help="the loads' target, schema.table (required)")
+    p.add_argument("--dry-run", action="store_true", help="list only; remove nothing")
+    _driver_flag(p)
+
+
+def _run_cleanup(args: argparse.Namespace) -> int:
+    from airflow_pg_bulk.runner import remove_leftovers
+
+    try:
+        found = remove_leftovers(args.conn, args.table, dry_run=args.dry_run, driver=args.driver)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    for leftover in found:
+        verb = "left" if leftover.running else "would remove" if args.dry_run else "removed"
+        print(f"{verb} {leftover.describe()}")
+    if not found:
+        print(f"no tables of loads into {args.table} are left")
+    return 0
+
+
 def _common_flags(default: Any) -> argparse.ArgumentParser:
     """The global flags, accepted before and after the subcommand (``default``: the value
     when not given; ``SUPPRESS`` in subcommands so they do not override the global one)."""
@@ -118,11 +169,80 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="airflow-pg-bulk", description=__doc__.split("\n")[0], parents=[_common_flags(False)]
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{load,demo}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{load,cleanup,demo}")
     common = _common_flags(argparse.SUPPRESS)
     _load_parser(sub, common)
+    _cleanup_parser(sub, common)
     _demo_parser(sub, common)
     return parser
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+class SignalStop:
+    """SIGINT, SIGTERM and SIGHUP during a load: the first stops it at once (its running
+    statements cancelled on the server, its tables dropped:
+    :func:`airflow_pg_bulk.runner.stop_loads`),
+    says so on stderr and exits with 128 + the signal's number; a second one exits at once.
+
+    A thread reads the signals from :func:`signal.set_wakeup_fd`'s socket, written by the
+    interpreter's C handler the moment a signal arrives: the main thread may be waiting in the
+    driver for a statement (psycopg2 does not run Python's handlers before it returns)."""
+
+    def __init__(self) -> None:
+        self._read, self._write = socket.socketpair()
+        self._write.setblocking(False)
+        self._first: int | None = None
+        self._saved = {number: signal.getsignal(number) for number in STOP_SIGNALS}
+
+    def __enter__(self) -> SignalStop:
+        for number in STOP_SIGNALS:
+            signal.signal(number, lambda *_: None)  # the wakeup fd does the work
+        self._saved_fd = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
+        threading.Thread(target=self._watch, name="pg-bulk-signals", daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._first is not None:  # the stop's own thread ends the process
+            threading.Event().wait()
+        signal.set_wakeup_fd(self._saved_fd)
+        for number, handler in self._saved.items():
+            signal.signal(number, handler)
+
+    def _watch(self) -> None:
+        while True:
+            data = self._read.recv(64)
+            for number in data:
+                if number in STOP_SIGNALS:
+                    self._received(number)
+
+    def _received(self, number: int) -> None:
+        name = signal.Signals(number).name
+        if self._first is not None:
+            print(
+                f"airflow-pg-bulk: {name} again: exiting at once; the load's tables may be "
+                "left: airflow-pg-bulk cleanup --conn DSN --table TABLE removes them",
+                file=sys.stderr,
+                flush=True,
+            )
+            os._exit(128 + number)
+        self._first = number
+        threading.Thread(target=self._stop, args=(number,), name="pg-bulk-stop").start()
+
+    def _stop(self, number: int) -> None:
+        from airflow_pg_bulk.runner import stop_loads
+
+        name = signal.Signals(number).name
+        try:
+            reports = stop_loads()
+            lines = [f"interrupted by {name} {r.describe()}" for r in reports]
+        except BaseException as exc:  # the exit must come whatever happens here
+            lines = [f"interrupted by {name}; stopping the load failed: {exc}"]
+        for line in lines or [f"interrupted by {name} before the load began; nothing was changed"]:
+            print(f"airflow-pg-bulk: {line}", file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(128 + number)
 
 
 def _run_load(args: argparse.Namespace) -> int:
@@ -130,7 +250,10 @@ def _run_load(args: argparse.Namespace) -> int:
 
     given = {name: getattr(args, name) for name in options.NAMES}
     _check_options(args.table, args.source, given)
-    summary = load(args.conn, args.table, args.source, jobs=args.jobs, driver=args.driver, **given)
+    with SignalStop():
+        summary = load(
+            args.conn, args.table, args.source, jobs=args.jobs, driver=args.driver, **given
+        )
     if args.json:
         print(json.dumps({**summary.to_dict(), "rows_per_second": summary.rows_per_second}))
     else:
@@ -171,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "load":
             return _run_load(args)
+        if args.command == "cleanup":
+            return _run_cleanup(args)
         from airflow_pg_bulk.demo.run import run_demo
 
         return run_demo(args)
