@@ -71,6 +71,12 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     p.add_argument(
         "--json", action="store_true", help="print the summary as JSON (default: as text)"
     )
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print what the load would do (files, COPY streams, strategy, checks, the rows "
+        "the target or each of its partitions holds now) and stop: nothing is created or changed",
+    )
 
 
 def _driver_flag(p: argparse.ArgumentParser) -> None:
@@ -250,6 +256,12 @@ def _run_load(args: argparse.Namespace) -> int:
 
     given = {name: getattr(args, name) for name in options.NAMES}
     _check_options(args.table, args.source, given)
+    if args.dry_run:
+        from airflow_pg_bulk.runner import preview
+
+        shown = preview(args.conn, args.table, args.source, driver=args.driver, **given)
+        print(json.dumps(shown.to_dict()) if args.json else shown.describe())
+        return 0
     with SignalStop():
         summary = load(
             args.conn, args.table, args.source, jobs=args.jobs, driver=args.driver, **given

@@ -19,12 +19,15 @@ from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
 from airflow_pg_bulk.loading import cleanup as cleaning
 from airflow_pg_bulk.loading import ledger
+from airflow_pg_bulk.loading import preview as previewing
+from airflow_pg_bulk.loading.preview import Preview
 from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.option_types import LoadOptions
 from airflow_pg_bulk.plan import (
     CopyOptions,
     ErrorPolicy,
     LoadPlan,
+    LoadRequest,
     Settings,
     figures,
     request_from_options,
@@ -284,11 +287,7 @@ def load(
     Returns the load's figures. Without ``mode`` it raises ``ValueError`` before it connects.
     """
     factory = connection_factory(conn, driver)
-    values = load_options.take(objects)  # type: ignore[arg-type]
-    columns = values.pop("columns")
-    given = load_options.changed(values)  # whole objects keep the fields not given here
-    # what is left: whole copy=/settings=/errors= objects (anything else is refused there)
-    request = request_from_options(table, source, columns, **given, **objects)
+    request = _request(table, source, objects)
     load_id = load_id or naming.new_load_id()
     started_at = time.time()
     control = LoadControl(load_id, request.table, factory)
@@ -329,6 +328,44 @@ def load(
     ended_at = time.time()
     assert summary is not None  # finalize returned, or its error is on its way up
     return figures.with_phase(summary, "cleanup", cleanup_started, ended_at)
+
+
+def _request(table: str, source: str | Sequence[str], objects: dict[str, Any]) -> LoadRequest:
+    """The request of :func:`load`'s or :func:`preview`'s arguments."""
+    values = load_options.take(objects)  # type: ignore[arg-type]
+    columns = values.pop("columns")
+    given = load_options.changed(values)  # whole objects keep the fields not given here
+    # what is left: whole copy=/settings=/errors= objects (anything else is refused there)
+    return request_from_options(table, source, columns, **given, **objects)
+
+
+@load_options.with_load_options
+def preview(
+    conn: str | ConnectionFactory,
+    table: str,
+    source: str | Sequence[str],
+    *,
+    driver: str = "psycopg",
+    **objects: Unpack[LoadArguments],
+) -> Preview:
+    """What :func:`load` with the same arguments would do, nothing created or changed: the
+    files and bytes, the COPY streams, the strategy and why, the checks passed, and the target
+    or each of its table partitions with the rows it holds now (the catalog's estimate). Raises
+    what the load's prepare would refuse. See :mod:`airflow_pg_bulk.loading.preview`.
+
+    :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
+    :param table: the target, ``schema.table``; it must exist.
+    :param source: as :func:`load`'s.
+    :load options:
+    :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.
+    :param objects: the load options, as :func:`load` takes them."""
+    request = _request(table, source, objects)
+    session = connection_factory(conn, driver)()
+    try:
+        steps.start_session(session, "airflow-pg-bulk preview")
+        return previewing.preview(session, request)
+    finally:
+        close_cancelling(session)
 
 
 def _schema_of(table: str) -> str:
