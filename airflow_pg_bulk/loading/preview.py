@@ -64,7 +64,8 @@ class Preview(PlainData):
     def describe(self) -> str:
         """The preview in words."""
         lines = [
-            f"Dry run: nothing was created or changed. This load ({self.mode}) into {self.table} would:",
+            "Dry run: nothing was created or changed. "
+            f"This load ({self.mode}) into {self.table} would:",
             f"  read {len(self.files)} files, {self.source_bytes / 1e6:,.1f} MB:",
         ]
         lines += [f"    {path} ({size:,} bytes)" for path, size in self.files[:SHOWN_FILES]]
