@@ -9,7 +9,9 @@
 
 The load flags are generated from :mod:`airflow_pg_bulk.options` (``--help`` lists them with
 their defaults); ``--mode`` is required. Exit status 0 on success; on failure the error goes to
-stderr and the status is 1 (2 for bad arguments: then nothing was touched).
+stderr and the status is 1 (2 for bad arguments, such as an upsert key that is not a column:
+then nothing was touched; 128 + the signal's number when SIGINT, SIGTERM or SIGHUP stopped
+the load: 130, 143, 129).
 """
 
 from __future__ import annotations
@@ -27,9 +29,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_pg_bulk import options
-from airflow_pg_bulk.errors import PgBulkError
+from airflow_pg_bulk.errors import BadArgumentError, PgBulkError
+from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.options import MODE_HELP
 from airflow_pg_bulk.plan import request_from_options
+from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE
 
 
 def _database_command(
@@ -281,12 +285,30 @@ def _check_options(table: str, source: Sequence[str], given: dict[str, Any]) -> 
     """Refuse bad combinations before anything connects, in the command line's words."""
     if given["mode"] is None:
         raise UsageError(options.mode_required_message(lambda m: f"--mode {m}"))
+    if given["on_error"] == "reject" and given["max_rejects"] is None:
+        # refused rather than given a default: how many bad rows a load may set aside is the
+        # user's to say (any default would let that many through unasked), and with none the
+        # first bad row fails the load, which is --on-error fail with extra steps
+        schema = _schema_or_public(table)
+        rejects = given["reject_table"] or f"{schema}.{DEFAULT_REJECT_TABLE}"
+        raise UsageError(
+            "--on-error reject needs --max-rejects N, the most bad rows the load may set aside "
+            f"in the reject table {rejects} (its default, 0, fails the load at the first bad "
+            "row); e.g. --max-rejects 100"
+        )
     columns = given["columns"]
     flat = {k: v for k, v in given.items() if k != "columns"}
     try:
         request_from_options(table, source, columns, **flat)
     except (ValueError, TypeError) as exc:
         raise UsageError(_in_flags(str(exc))) from None
+
+
+def _schema_or_public(table: str) -> str:
+    try:
+        return split_name(table)[0]
+    except ValueError:  # refused with its own message by the checks that follow
+        return "public"
 
 
 def _in_flags(message: str) -> str:
@@ -313,6 +335,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_demo(args)
     except UsageError as exc:
         print(f"airflow-pg-bulk {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except BadArgumentError as exc:
+        print(f"airflow-pg-bulk {args.command}: error: {_in_flags(str(exc))}", file=sys.stderr)
         return 2
     except PgBulkError as exc:
         print(f"airflow-pg-bulk: error: {exc}", file=sys.stderr)

@@ -92,6 +92,7 @@ def finalize(
         inserted=merged[0] if merged else None,
         updated=merged[1] if merged else None,
         **changes.summary_fields(described, before, rows, merged[0] if merged else None),
+        reject_table=".".join(plan.reject_table) if plan.reject_table else None,
     )
     log.info(
         "Load %s: finalized: %d rows loaded into %s (%s)%s; finalize phases: %s",

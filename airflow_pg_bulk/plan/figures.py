@@ -117,7 +117,8 @@ class LoadSummary(PlainData):
     (:class:`TableChange`); ``table_rows``: the rows the target holds after the load (None:
     unknown), an estimate when ``table_rows_estimated`` (the catalog's, for the rows the load
     did not touch: finalize never counts the target). Both empty for a finalize retried after
-    its commit."""
+    its commit. ``reject_table``: where rejected rows went (``schema.table``; None: not
+    rejecting)."""
 
     table: str
     mode: str
@@ -134,6 +135,7 @@ class LoadSummary(PlainData):
     changes: tuple[TableChange, ...] = ()
     table_rows: int | None = None
     table_rows_estimated: bool = False
+    reject_table: str | None = None
 
     @property
     def whole(self) -> bool:
@@ -208,6 +210,7 @@ class LoadSummary(PlainData):
         """A short human-readable report."""
         mb = self.bytes / 1e6
         span = "" if self.whole else " (finalize alone: prepare and COPY not included)"
+        where = f" {self.reject_table}" if self.reject_table else ""
         lines = [
             f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} COPY streams) into "
             f"{self.table} ({self.mode}) in {self.wall_seconds:.2f} s{span}: "
@@ -215,7 +218,8 @@ class LoadSummary(PlainData):
         ]
         lines.append(
             f"  {self.records:,} records read from the source: {self.rows:,} loaded, "
-            f"{self.rejects:,} rejected" + (" (see the reject table)" if self.rejects else "")
+            f"{self.rejects:,} rejected"
+            + (f" (see the reject table{where})" if self.rejects else "")
         )
         if self.superseded is not None:
             lines.append(
