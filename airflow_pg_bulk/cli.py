@@ -207,6 +207,9 @@ class SignalStop:
         self._saved = {number: signal.getsignal(number) for number in STOP_SIGNALS}
 
     def __enter__(self) -> SignalStop:
+        self._active = threading.current_thread() is threading.main_thread()
+        if not self._active:  # (signals go to the main thread: main() called from another)
+            return self
         for number in STOP_SIGNALS:
             signal.signal(number, lambda *_: None)  # the wakeup fd does the work
         self._saved_fd = signal.set_wakeup_fd(self._write.fileno(), warn_on_full_buffer=False)
@@ -214,6 +217,8 @@ class SignalStop:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if not self._active:
+            return
         if self._first is not None:  # the stop's own thread ends the process
             threading.Event().wait()
         signal.set_wakeup_fd(self._saved_fd)
@@ -249,7 +254,7 @@ class SignalStop:
             lines = [f"interrupted by {name} {r.describe()}" for r in reports]
         except BaseException as exc:  # the exit must come whatever happens here
             lines = [f"interrupted by {name}; stopping the load failed: {exc}"]
-        for line in lines or [f"interrupted by {name} before the load began; nothing was changed"]:
+        for line in lines or [f"interrupted by {name}; no load was running, none was stopped"]:
             print(f"airflow-pg-bulk: {line}", file=sys.stderr, flush=True)
         sys.stdout.flush()
         os._exit(128 + number)

@@ -292,7 +292,11 @@ def load(
     started_at = time.time()
     control = LoadControl(load_id, request.table, factory)
     factory = control.factory
-    main = factory()
+    try:
+        main = factory()
+    except BaseException:
+        control.finish()
+        raise
     plan: LoadPlan | None = None
     summary: LoadSummary | None = None
     try:
