@@ -168,7 +168,7 @@ class StopReport:
         else:
             tables = (
                 f"the load's tables are left ({self.error}): remove them with "
-                f"airflow-pg-bulk cleanup --table {self.table}"
+                f"airflow-pg-bulk cleanup --conn DSN --table {self.table}"
             )
         return f"during {self.phase} of load {self.load_id}; {target}; {tables}"
 

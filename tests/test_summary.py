@@ -143,3 +143,21 @@ def test_plain_table_append_and_replace_in_the_cli(db, tmp_path):
     replaced = cli("replace")
     assert [(c["action"], c["rows_after"]) for c in replaced["changes"]] == [("replaced", 40)]
     assert (replaced["table_rows"], replaced["table_rows_estimated"]) == (40, False)
+
+
+def test_upsert_says_rows_before_and_after_with_the_inserted_ones(db, tmp_path):
+    db.run(f"CREATE TABLE {db.schema}.keyed (id integer PRIMARY KEY, v text)")
+    db.run(f"INSERT INTO {db.schema}.keyed SELECT g, 'old' FROM generate_series(1, 100) g")
+    db.run(f"ANALYZE {db.schema}.keyed")
+    path = tmp_path / "changes.csv"
+    path.write_text("".join(f"{i},new\n" for i in range(91, 111)))  # 10 updated, 10 new
+
+    summary = runner.load(db.dsn, db.table("keyed"), str(path), mode="upsert", key=["id"])
+
+    assert (summary.inserted, summary.updated) == (10, 10)
+    assert _changes(summary) == [
+        (f"{db.schema}.keyed", "upserted into", 100, 110, True, True),
+    ]
+    assert "upserted into" in summary.describe() and "about 100 -> about 110 rows" in (
+        summary.describe()
+    )
