@@ -79,7 +79,8 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         "--dry-run",
         action="store_true",
         help="print what the load would do (files, COPY streams, strategy, checks, the rows "
-        "the target or each of its partitions holds now) and stop: nothing is created or changed",
+        "the target or each of its partitions holds now, the partitions the rows go to) and "
+        "stop: nothing is kept or changed",
     )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from airflow_pg_bulk import runner
-from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 
 CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
 
@@ -73,7 +73,10 @@ def test_replace_partitions_preview_shows_the_month_it_would_cut(db, tmp_path):
     text = shown.describe()
     assert f"{db.schema}.readings_1: about 3,100" in text, text
     assert "a partition of a month loaded with a day's rows ends with that day's rows" in text
-    assert "nothing was created or changed" in text
+    assert "nothing was kept or changed" in text
+    assert shown.receiving == (f"{db.schema}.readings_1",)
+    assert f"{db.schema}.readings_1: about 3,100  <- receives rows" in text
+    assert "the rows go to 1 of the 2 table partitions" in text
     assert "the privileges replace_partitions needs" in text
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.readings") == 3100
 
@@ -99,6 +102,7 @@ def test_cli_dry_run_of_an_append_says_the_strategy_and_changes_nothing(db, tmp_
     # the catalog's estimate: ANALYZE saw 500 rows; the 10 appended since may not be counted
     assert shown["tables"] in ([{"table": f"{db.schema}.plain", "rows": n}] for n in (500, 510))
     assert shown["effect"] == "add the rows"
+    assert shown["receiving"] is None  # a plain target: the source is not read
     after = _catalog(db), db.run(f"SELECT * FROM {db.schema}.pgbulk_loads ORDER BY 1")
     assert after == before
     assert db.scalar(f"SELECT count(*) FROM {db.schema}.plain") == 510
@@ -116,4 +120,15 @@ def test_preview_refuses_what_prepare_would(db, tmp_path):
 
     with pytest.raises(LoadRefusedError):
         runner.preview(db.dsn, db.table("plain"), _day_ids(tmp_path, 1), mode="upsert", key=["v"])
+    assert _catalog(db) == before
+
+
+def test_a_bad_row_fails_the_preview_of_a_partitioned_target_as_the_load_would(db, tmp_path):
+    _monthly(db)
+    path = tmp_path / "bad.csv"
+    path.write_text("2024-01-15,1\n2024-01-15,x\n")
+    before = _catalog(db)
+
+    with pytest.raises(BadDataError, match="line 2"):
+        runner.preview(db.dsn, db.table("readings"), str(path), mode="replace_partitions")
     assert _catalog(db) == before

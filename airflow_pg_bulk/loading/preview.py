@@ -1,21 +1,24 @@
 """A load's preview (``--dry-run``): what prepare would check and plan, and what finalize would
-replace or add to, read without creating or changing anything (prepare's reads alone: the
-target's definition and privileges, the source's listing and cut, the strategy's cost model,
-the catalog's row estimates). The partitions a load's rows go to are known only once the rows
-are read (finalize routes them): the preview lists each partition with the rows it holds now,
-and says what happens to those that receive rows."""
+replace or add to, without keeping or changing anything: prepare's reads (the target's
+definition and privileges, the source's listing and cut, the strategy's cost model), the
+catalog's row estimates, and, for a partitioned target, the partitions the rows go to: the
+source COPYed once into a staging table in a transaction that is rolled back (nothing of it
+stays; the source is read once more than by the load itself, a stream never)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_pg_bulk import naming
+from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.plan import LoadRequest, PlainData, planning
+from airflow_pg_bulk.loading.copy import PartitionCopy
+from airflow_pg_bulk.plan import LoadRequest, PlainData, TargetDefinition, UpsertSpec, planning
 from airflow_pg_bulk.plan.figures import rows_in_words
 from airflow_pg_bulk.source import formats, listing
+from airflow_pg_bulk.source.listing import SourceFile, SourceKind
 from airflow_pg_bulk.sql.summary import row_estimates
-from airflow_pg_bulk.target import catalog, history, rebuild, upsert
+from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
 SHOWN_FILES = 20  # files listed by name in the text; the rest counted
 
@@ -48,6 +51,9 @@ class Preview(PlainData):
     :param checks: the checks passed (definition, privileges, columns, key).
     :param tables: the target (plain) or each of its partitions, with the rows it holds now.
     :param effect: what the load does to them, in words.
+    :param receiving: the table partitions the rows go to (``schema.name``), found by reading
+        the source once into a table that is rolled back; None: not read (a plain target, a
+        stream, which is read once, or ``on_error="reject"``).
     """
 
     table: str
@@ -60,11 +66,12 @@ class Preview(PlainData):
     checks: tuple[str, ...]
     tables: tuple[PreviewTable, ...]
     effect: str
+    receiving: tuple[str, ...] | None = None
 
     def describe(self) -> str:
         """The preview in words."""
         lines = [
-            "Dry run: nothing was created or changed. "
+            "Dry run: nothing was kept or changed. "
             f"This load ({self.mode}) into {self.table} would:",
             f"  read {len(self.files)} files, {self.source_bytes / 1e6:,.1f} MB:",
         ]
@@ -76,7 +83,17 @@ class Preview(PlainData):
         lines.append(f"  COPY it in {len(self.copy_streams)} COPY streams (MB: {streams}{more})")
         lines.append(f"  make the rows visible: {self.strategy} ({self.why})")
         lines.append(f"  {self.effect}; rows now (the catalog's estimates):")
-        lines += [f"    {t.table}: {rows_in_words(t.rows, True)}" for t in self.tables]
+        got = set(self.receiving or ())
+        lines += [
+            f"    {t.table}: {rows_in_words(t.rows, True)}"
+            + ("  <- receives rows" if t.table in got else "")
+            for t in self.tables
+        ]
+        if self.receiving is not None:
+            lines.append(
+                f"  the rows go to {len(got)} of the {len(self.tables)} table partitions "
+                "(the source read once, into a table rolled back)"
+            )
         lines.append("  checks passed: " + "; ".join(self.checks))
         return "\n".join(lines)
 
@@ -122,11 +139,13 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         matched = source_format.match(files, planning.loadable_columns(target))
         columns = source_format.columns(request, target, matched)
         checks.append(f"the columns loaded: {', '.join(columns)}")
-        if request.mode.keyed:
+        key = request.mode.keyed
+        spec = None
+        if key:
             spec = planning.upsert_spec(
                 request, target, columns, upsert.unique_indexes(conn, target)
             )
-            checks.append(f"the key: {', '.join(spec.key)}")
+            checks.append(f"the key: {', '.join(spec.key)}")  # type: ignore[union-attr]
         total = sum(f.size for f in files)
         if request.mode.takes_strategy:
             strategy, why = rebuild.choose(conn, request, target, total)
@@ -134,6 +153,8 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
             strategy, why = "swap", "a replace builds the new rows beside the target"
         streams = source_format.cut(files, request.partition_count(total), matched)
         estimates = execute(conn, row_estimates(target.oid))
+        conn.rollback()
+        receiving = _receiving(conn, request, target, files, columns, spec if key else None)
     finally:
         rollback_quietly(conn)
     return Preview(
@@ -147,4 +168,48 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         checks=tuple(checks),
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
         effect=_effect(request, target.partitioning is not None),
+        receiving=receiving,
     )
+
+
+def _receiving(
+    conn: DatabaseConnection,
+    request: LoadRequest,
+    target: TargetDefinition,
+    files: Sequence[SourceFile],
+    columns: Sequence[str],
+    spec: UpsertSpec | None,
+) -> tuple[str, ...] | None:
+    """The table partitions the rows go to: the source COPYed once, as one COPY stream, into
+    a staging table made as prepare makes it, the partitions found as finalize finds them
+    (:func:`airflow_pg_bulk.target.catalog.partitions_of_rows`), all in one transaction the
+    caller rolls back. None where it is not read (see :attr:`Preview.receiving`) or the key
+    has an expression."""
+    if target.partitioning is None or request.errors.rejecting:
+        return None
+    if any(f.kind is SourceKind.STREAM for f in files):
+        return None
+    source_format = formats.for_copy(request.copy)
+    matched = source_format.match(files, planning.loadable_columns(target))
+    whole = source_format.cut(files, 1, matched)  # whole files: no guessed record start
+    plan = planning.build_plan(
+        request,
+        target,
+        naming.new_load_id(),
+        columns=columns,
+        partitions=whole,
+        source_bytes=sum(f.size for f in files),
+        upsert=spec,
+        file_order=[f.path for f in files],
+    )
+    execute(conn, sql.set_config("lock_timeout", request.settings.lock_timeout, local=True))
+    strategies.for_plan(plan).create_staging(conn, plan)
+    for part in plan.partitions:
+        copying = PartitionCopy(conn, plan, part, None)
+        try:
+            for piece in part.pieces:
+                copying.copy(piece)
+        finally:
+            copying.close()
+    found = catalog.partitions_of_rows(conn, target, plan.staging_table, list(plan.columns))
+    return None if found is None else tuple(f"{s}.{n}" for s, n in found)
