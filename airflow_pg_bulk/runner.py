@@ -287,7 +287,11 @@ def load(
     Returns the load's figures. Without ``mode`` it raises ``ValueError`` before it connects.
     """
     factory = connection_factory(conn, driver)
-    request = _request(table, source, objects)
+    values = load_options.take(objects)  # type: ignore[arg-type]
+    columns = values.pop("columns")
+    given = load_options.changed(values)  # whole objects keep the fields not given here
+    # what is left: whole copy=/settings=/errors= objects (anything else is refused there)
+    request = request_from_options(table, source, columns, **given, **objects)
     load_id = load_id or naming.new_load_id()
     started_at = time.time()
     control = LoadControl(load_id, request.table, factory)
@@ -335,12 +339,10 @@ def load(
 
 
 def _request(table: str, source: str | Sequence[str], objects: dict[str, Any]) -> LoadRequest:
-    """The request of :func:`load`'s or :func:`preview`'s arguments."""
+    """The request of :func:`preview`'s arguments, as :func:`load` makes its own."""
     values = load_options.take(objects)  # type: ignore[arg-type]
     columns = values.pop("columns")
-    given = load_options.changed(values)  # whole objects keep the fields not given here
-    # what is left: whole copy=/settings=/errors= objects (anything else is refused there)
-    return request_from_options(table, source, columns, **given, **objects)
+    return request_from_options(table, source, columns, **load_options.changed(values), **objects)
 
 
 @load_options.with_load_options
@@ -352,9 +354,10 @@ def preview(
     driver: str = "psycopg",
     **objects: Unpack[LoadArguments],
 ) -> Preview:
-    """What :func:`load` with the same arguments would do, nothing created or changed: the
+    """What :func:`load` with the same arguments would do, nothing kept or changed: the
     files and bytes, the COPY streams, the strategy and why, the checks passed, and the target
-    or each of its table partitions with the rows it holds now (the catalog's estimate). Raises
+    or each of its table partitions with the rows it holds now (the catalog's estimate) and the
+    partitions the rows go to. Raises
     what the load's prepare would refuse. See :mod:`airflow_pg_bulk.loading.preview`.
 
     :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
