@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_pg_bulk import runner
+from airflow_pg_bulk.plan.figures import LoadSummary, TableChange
 
 CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
 
@@ -161,3 +162,16 @@ def test_upsert_says_rows_before_and_after_with_the_inserted_ones(db, tmp_path):
     assert "upserted into" in summary.describe() and "about 100 -> about 110 rows" in (
         summary.describe()
     )
+
+
+def test_the_log_line_names_ten_partitions_at_most():
+    changes = tuple(TableChange(f"s.p{i}", "replaced", 100, 1) for i in range(12))
+    summary = LoadSummary("s.t", "replace_partitions", 12, 120, 1, {}, changes=changes,
+                          table_rows=1012, table_rows_estimated=True)  # fmt: skip
+
+    assert summary.what_changed(most=10)[-2:] == [
+        "... and 2 more table partitions",
+        "s.t holds about 1,012 rows now",
+    ]
+    assert len(summary.what_changed()) == 13  # the CLI's text: every one
+    assert type(summary).from_dict(summary.to_dict()) == summary

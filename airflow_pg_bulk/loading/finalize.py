@@ -100,7 +100,7 @@ def finalize(
         rows,
         t.qualified,
         plan.mode,
-        "".join(f"; {line}" for line in summary.what_changed()),
+        "".join(f"; {line}" for line in summary.what_changed(most=10)),
         ", ".join(f"{name} {secs:.2f} s" for name, secs in clock.seconds.items()),
     )
     return summary

@@ -199,12 +199,17 @@ class LoadSummary(PlainData):
         )
         return super().from_dict({k: v for k, v in data.items() if k not in derived})
 
-    def what_changed(self) -> list[str]:
-        """Each change in words, then the rows the target holds (none: not known)."""
+    def what_changed(self, most: int | None = None) -> list[str]:
+        """Each change in words (the first ``most``, then how many more), then the rows the
+        target holds; empty when the changes are not known."""
         if not self.changes:
             return []
+        shown = self.changes if most is None else self.changes[:most]
+        lines = [c.describe() for c in shown]
+        if len(shown) < len(self.changes):
+            lines.append(f"... and {len(self.changes) - len(shown)} more table partitions")
         holds = rows_in_words(self.table_rows, self.table_rows_estimated)
-        return [c.describe() for c in self.changes] + [f"{self.table} holds {holds} rows now"]
+        return [*lines, f"{self.table} holds {holds} rows now"]
 
     def describe(self) -> str:
         """A short human-readable report."""
