@@ -30,6 +30,11 @@ class LoadRefusedError(PgBulkError):
     """The load cannot be done safely as asked; nothing was changed. Retrying will not help."""
 
 
+class BadArgumentError(LoadRefusedError):
+    """An argument names what the target does not have (an upsert key column): a mistake in
+    the arguments, found once the target was read; nothing was changed. The CLI exits 2."""
+
+
 class OlderRunError(LoadRefusedError):
     """A load of a later run of the same DAG task replaced the same rows of the target: this
     older run would put older data over newer (see ``allow_older_run``). Nothing was changed."""

@@ -9,20 +9,25 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any, Unpack
 
 from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk import options as load_options
-from airflow_pg_bulk.db.driver import close_cancelling, connect
+from airflow_pg_bulk.db.driver import close_cancelling, connect, stop
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk.errors import BadDataError, TransientLoadError
+from airflow_pg_bulk.loading import cleanup as cleaning
 from airflow_pg_bulk.loading import ledger
+from airflow_pg_bulk.loading import preview as previewing
+from airflow_pg_bulk.loading.preview import Preview
 from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.option_types import LoadOptions
 from airflow_pg_bulk.plan import (
     CopyOptions,
     ErrorPolicy,
     LoadPlan,
+    LoadRequest,
     Settings,
     figures,
     request_from_options,
@@ -125,6 +130,132 @@ def _where(exc: BaseException) -> tuple[str, int] | None:
     return None
 
 
+STOP_LOCK_TIMEOUT = "1s"  # the stop's clean-up: the cancelled sessions release their locks
+# within milliseconds; a lock held longer is another session's, and the tables are left then
+
+
+class LoadStopped(TransientLoadError):
+    """A statement or session of a load refused after :func:`stop_loads` (SQLSTATE 57014)."""
+
+
+@dataclass
+class StopReport:
+    """What :func:`stop_loads` did to one load.
+
+    :param load_id: the load.
+    :param table: its target, as given.
+    :param phase: the step it was in: ``prepare``, ``COPY``, ``finalize`` or ``cleanup``.
+    :param finalized: its rows had been made visible before the stop (the target has them).
+    :param dropped: its tables the stop dropped.
+    :param error: why some of its tables are left (None: none is).
+    """
+
+    load_id: str
+    table: str
+    phase: str
+    finalized: bool = False
+    dropped: list[str] = field(default_factory=list)
+    error: str | None = None
+
+    def describe(self) -> str:
+        """What happened to the target and to the load's tables, in words."""
+        if self.finalized:
+            target = f"its rows had been committed before: they are in {self.table}"
+        else:
+            target = "the target is unchanged"
+        if self.error is None:
+            tables = "the load's tables were dropped"
+        else:
+            tables = (
+                f"the load's tables are left ({self.error}): remove them with "
+                f"airflow-pg-bulk cleanup --conn DSN --table {self.table}"
+            )
+        return f"during {self.phase} of load {self.load_id}; {target}; {tables}"
+
+
+_running: list[LoadControl] = []
+_running_lock = threading.Lock()
+
+
+class LoadControl:
+    """The connections one :func:`load` opened, so that :func:`stop_loads` (a signal
+    handler's thread, another thread) cancels every statement of it at once.
+
+    :param load_id: the load.
+    :param table: its target, as given.
+    :param factory: opens its connections (the stop's clean-up opens one more).
+    """
+
+    def __init__(self, load_id: str, table: str, factory: ConnectionFactory) -> None:
+        self.load_id = load_id
+        self.table = table
+        self.phase = "prepare"
+        self.stopped = False
+        self._factory = factory
+        self._open: list[Any] = []
+        with _running_lock:
+            _running.append(self)
+
+    def factory(self) -> Any:
+        """A new connection of the load, refused once stopped."""
+        if self.stopped:
+            raise self.stopped_error()
+        conn = self._factory()
+        self._open.append(conn)
+        if self.stopped:  # a stop between the check and the append
+            stop(conn)
+        return conn
+
+    def stopped_error(self) -> LoadStopped:
+        """The error a step of a stopped load meets."""
+        return LoadStopped(
+            f"load {self.load_id} was stopped: its running statements were cancelled",
+            sqlstate="57014",
+        )
+
+    def stop(self) -> StopReport:
+        """Cancel every statement of the load, refuse any further one, then drop its tables
+        on a connection of its own (waiting :data:`STOP_LOCK_TIMEOUT` at most for a lock)."""
+        self.stopped = True
+        phase = self.phase
+        for conn in list(self._open):
+            stop(conn)
+        report = StopReport(self.load_id, self.table, phase)
+        schema = _schema_of(self.table)
+        try:
+            conn = self._factory()
+        except Exception as exc:
+            report.error = str(exc)
+            return report
+        try:
+            steps.start_session(conn, naming.application_name(self.load_id, "stop"))
+            cleaning.end_load_sessions(conn, self.load_id)
+            report.finalized = cleaning.was_finalized(conn, schema, self.load_id)
+            report.dropped = steps.cleanup(
+                conn, schema, self.load_id, lock_timeout=STOP_LOCK_TIMEOUT, attempts=1
+            )
+        except Exception as exc:
+            report.error = str(exc).split("\n")[0]
+        finally:
+            close_cancelling(conn)
+        return report
+
+    def finish(self) -> None:
+        """The load has ended: no longer among those :func:`stop_loads` stops."""
+        with _running_lock:
+            if self in _running:
+                _running.remove(self)
+
+
+def stop_loads() -> list[StopReport]:
+    """Stop every :func:`load` running in this process (see :meth:`LoadControl.stop`): their
+    statements cancelled at once, their tables dropped; what became of each. Safe from any
+    thread but those of the loads; used by the CLI on SIGINT, SIGTERM and SIGHUP."""
+    with _running_lock:
+        controls = list(_running)
+    return [control.stop() for control in controls]
+
+
 @load_options.with_load_options
 def load(
     conn: str | ConnectionFactory,
@@ -163,7 +294,13 @@ def load(
     request = request_from_options(table, source, columns, **given, **objects)
     load_id = load_id or naming.new_load_id()
     started_at = time.time()
-    main = factory()
+    control = LoadControl(load_id, request.table, factory)
+    factory = control.factory
+    try:
+        main = factory()
+    except BaseException:
+        control.finish()
+        raise
     plan: LoadPlan | None = None
     summary: LoadSummary | None = None
     try:
@@ -171,28 +308,71 @@ def load(
         plan = steps.prepare(main, request, load_id)
         plan = figures.stamp_prepare(plan, started_at, time.time())
         workers = jobs or min(len(plan.partitions), 4)
+        control.phase = "COPY"
         run_plan(factory, plan, workers)
         copies = ledger.copy_span(main, plan)
         name = naming.application_name(load_id, "finalize")
+        control.phase = "finalize"
         steps.start_session(main, name)
         summary = steps.finalize(main, plan, Sessions(factory, name))
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:
+        control.phase = "cleanup"
         schema = plan.target.schema if plan else _schema_of(table)
         cleanup_started = time.time()
-        try:
-            steps.start_session(main, naming.application_name(load_id, "cleanup"))
-            steps.cleanup(main, schema, load_id, lock_timeout=request.settings.lock_timeout)
-        except Exception:
-            log.exception(
-                "Load %s: cleanup failed; drop its _pgbulk_%s_* tables by hand",
-                load_id,
-                load_id,
-            )
+        if not control.stopped:  # else stop_loads drops the tables, on a connection of its own
+            try:
+                steps.start_session(main, naming.application_name(load_id, "cleanup"))
+                steps.cleanup(main, schema, load_id, lock_timeout=request.settings.lock_timeout)
+            except Exception:
+                if not control.stopped:
+                    log.exception(
+                        "Load %s: cleanup failed; drop its _pgbulk_%s_* tables by hand",
+                        load_id,
+                        load_id,
+                    )
         close_cancelling(main)
+        control.finish()
     ended_at = time.time()
     assert summary is not None  # finalize returned, or its error is on its way up
     return figures.with_phase(summary, "cleanup", cleanup_started, ended_at)
+
+
+def _request(table: str, source: str | Sequence[str], objects: dict[str, Any]) -> LoadRequest:
+    """The request of :func:`preview`'s arguments, as :func:`load` makes its own."""
+    values = load_options.take(objects)  # type: ignore[arg-type]
+    columns = values.pop("columns")
+    return request_from_options(table, source, columns, **load_options.changed(values), **objects)
+
+
+@load_options.with_load_options
+def preview(
+    conn: str | ConnectionFactory,
+    table: str,
+    source: str | Sequence[str],
+    *,
+    driver: str = "psycopg",
+    **objects: Unpack[LoadArguments],
+) -> Preview:
+    """What :func:`load` with the same arguments would do, nothing kept or changed: the
+    files and bytes, the COPY streams, the strategy and why, the checks passed, and the target
+    or each of its table partitions with the rows it holds now (the catalog's estimate) and the
+    partitions the rows go to. Raises
+    what the load's prepare would refuse. See :mod:`airflow_pg_bulk.loading.preview`.
+
+    :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
+    :param table: the target, ``schema.table``; it must exist.
+    :param source: as :func:`load`'s.
+    :load options:
+    :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.
+    :param objects: the load options, as :func:`load` takes them."""
+    request = _request(table, source, objects)
+    session = connection_factory(conn, driver)()
+    try:
+        steps.start_session(session, "airflow-pg-bulk preview")
+        return previewing.preview(session, request)
+    finally:
+        close_cancelling(session)
 
 
 def _schema_of(table: str) -> str:
@@ -200,3 +380,24 @@ def _schema_of(table: str) -> str:
         return split_name(table)[0]
     except ValueError:
         return "public"
+
+
+def remove_leftovers(
+    conn: str | ConnectionFactory, table: str, *, dry_run: bool = False, driver: str = "psycopg"
+) -> list[cleaning.Leftover]:
+    """List, and unless ``dry_run`` drop, the tables of loads into ``table`` that are not
+    running (a load killed by SIGKILL, a crash), finalized or not; a running load's are left.
+    See :func:`airflow_pg_bulk.loading.cleanup.remove_leftovers`.
+
+    :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
+    :param table: the target, ``schema.table``.
+    :param dry_run: only list them.
+    :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.
+
+    Returns each load found, with its tables and whether it is running."""
+    schema, name = split_name(table)
+    session = connection_factory(conn, driver)()
+    try:
+        return cleaning.remove_leftovers(session, schema, name, dry_run=dry_run)
+    finally:
+        close_cancelling(session)

@@ -97,3 +97,24 @@ def test_demo_explains_the_dag_runs_time_and_stops_quietly(pg_dsn, tmp_path):
     assert "Airflow stopped in" in out
     for noise in ("Warning", "SIGKILL", "SIGTERM", "Traceback", "could not stop"):
         assert noise not in done.stderr, done.stderr[-3000:]
+
+
+def test_task_instances_are_listed_in_step_order_whatever_their_times():
+    """Celery queues mapped COPY tasks in any order: the listing follows the steps, then the
+    map index, so that two runs print alike."""
+    tasks = [
+        task("g.cleanup", 17.5, 18.0, 19.0),
+        task("g.copy", 9.6, 10.0, 14.0, 2),
+        task("g.finalize", 14.5, 15.0, 17.0),
+        task("g.copy", 9.5, 10.0, 14.0, 10),
+        task("g.prepare", 1.0, 1.5, 9.0),
+        task("g.copy", 9.4, 10.0, 14.0, 0),
+    ]
+    listed = [
+        re.findall(
+            r"g\.\w+(?:\[\d+\])?", describe(RunTimes(T0, at(0.5), at(20.0), order, None), "g")
+        )
+        for order in (tasks, tasks[::-1])
+    ]
+    expected = ["g.prepare", "g.copy[0]", "g.copy[2]", "g.copy[10]", "g.finalize", "g.cleanup"]
+    assert listed[0] == listed[1] == expected

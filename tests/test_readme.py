@@ -57,6 +57,8 @@ def kind(language: str, code: str) -> str:
             return "benchmark"
         if code.startswith("airflow-pg-bulk load"):
             return "cli"
+        if code.startswith("airflow-pg-bulk cleanup"):
+            return "cleanup"
         if code.startswith(".venv/bin/airflow-pg-bulk demo --executor celery"):
             return "celery-demo"
         if "airflow dags test" in code:
@@ -76,6 +78,7 @@ def test_every_block_is_known():
         "airflow",
         "diagram",
         "cli",
+        "cleanup",
         "python",
         "benchmark",
         "celery-demo",
@@ -266,6 +269,37 @@ def test_cli_block_runs(warehouse):
     assert done.returncode == 0, done.stderr[-3000:]
     assert "Loaded 3,000 rows" in done.stdout
     assert loaded(warehouse)
+
+
+def test_cleanup_block_runs(warehouse):
+    """The cleanup block lists, then removes, what a load killed before its cleanup left."""
+    from airflow_pg_bulk import runner
+
+    (code,) = [c for c in blocks("bash") if kind("bash", c) == "cleanup"]
+    listing, removal = localize(code, warehouse).strip().split("\n")
+    factory = runner.connection_factory(warehouse.dsn)
+    plan = None
+    conn = factory()
+    try:
+        from airflow_pg_bulk import steps
+        from airflow_pg_bulk.plan import request_from_options
+
+        request = request_from_options(
+            warehouse.table("readings"), str(warehouse.data / "*.csv"), mode="append"
+        )
+        plan = steps.prepare(conn, request, "0123456789ab")  # then killed: no cleanup
+    finally:
+        conn.close()
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}"}
+    listed = subprocess.run(["bash", "-euc", listing], capture_output=True, text=True, env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert f"would remove load 0123456789ab (not finalized): {plan.ledger_table}" in listed.stdout
+    removed = subprocess.run(["bash", "-euc", removal], capture_output=True, text=True, env=env)
+    assert removed.returncode == 0, removed.stderr
+    assert "removed load 0123456789ab" in removed.stdout
+    assert not warehouse.run(
+        "SELECT 1 FROM pg_class WHERE relname LIKE '\\_pgbulk\\_0123456789ab%%'"
+    )
 
 
 def test_s3_block_runs_against_a_local_s3_server(warehouse, s3_server):

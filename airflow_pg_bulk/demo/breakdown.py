@@ -102,6 +102,16 @@ def read_run(
     return RunTimes(triggered_at, _ts(start), _ts(end), tasks, figures)
 
 
+#: the load's steps in the order they run: the task instances are listed in it, whatever
+#: the order their times came in (a Celery worker queues mapped COPY tasks in any order)
+STEPS = ("prepare", "copy", "finalize", "cleanup")
+
+
+def _step_order(t: TaskTimes) -> tuple[int, str, int]:
+    step = t.task_id.rsplit(".", 1)[-1]
+    return (STEPS.index(step) if step in STEPS else len(STEPS), t.task_id, t.map_index)
+
+
 def describe(run: RunTimes, group: str) -> str:
     """The task instances' times, then where the run's wall time went."""
     zero = run.triggered_at
@@ -112,8 +122,7 @@ def describe(run: RunTimes, group: str) -> str:
     def span(a: datetime | None, b: datetime | None) -> str:
         return "-" if a is None or b is None else f"{(b - a).total_seconds():6.2f}"
 
-    never = datetime.max.replace(tzinfo=UTC)
-    tasks = sorted(run.tasks, key=lambda t: (t.queued or t.start or never, t.label))
+    tasks = sorted(run.tasks, key=_step_order)
     rows = [("task", "state", "scheduled", "queued", "started", "ended", "start-up", "ran")]
     rows += [
         (

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
@@ -242,3 +243,125 @@ def _abandoned(
         return "finalized"
     quiet = now - max(float(record.get("prepared_at") or 0), float(copied or 0))
     return f"no sign of life for {quiet:.0f} s" if quiet > max_age else None
+
+
+@dataclass(frozen=True)
+class Leftover:
+    """The tables a load into a target left in its schema (found by the load's ledger).
+
+    :param load_id: the load's id.
+    :param tables: its tables (a partitioned staging stands for its partitions).
+    :param running: one of its sessions is connected, or a session holds a lock on its
+        ledger (a COPY of it): its tables are in use, never removed.
+    :param finalized: its rows were made visible; what is left is what its cleanup missed.
+    """
+
+    load_id: str
+    tables: tuple[str, ...]
+    running: bool
+    finalized: bool
+
+    def describe(self) -> str:
+        """One line: the load, its state and its tables."""
+        state = "running" if self.running else "finalized" if self.finalized else "not finalized"
+        return f"load {self.load_id} ({state}): {', '.join(self.tables)}"
+
+
+def find_leftovers(conn: DatabaseConnection, schema: str, table: str) -> list[Leftover]:
+    """The loads into ``schema.table`` whose tables are still in ``schema``, by load id.
+    Reads only (waits :data:`LEFTOVER_LOCK_TIMEOUT` at most for a ledger's lock)."""
+    target = f"{schema}.{table}"
+    found: list[Leftover] = []
+    try:
+        for ledger, comment in execute(conn, sql.load_ledgers(schema, naming.LEDGER_PATTERN)):
+            other = naming.load_of_ledger(ledger)
+            record = comment_record(comment)
+            if other is None or record is None or record.get("target") != target:
+                continue
+            names = execute(conn, sql.run_tables(schema, naming.run_objects_pattern(other)))
+            finalized = bool(execute(conn, sql.ledger_activity(schema, ledger))[0][0])
+            found.append(
+                Leftover(
+                    other, tuple(r[0] for r in names), _in_use(conn, schema, ledger), finalized
+                )
+            )
+    finally:
+        rollback_quietly(conn)
+    return found
+
+
+def _in_use(conn: DatabaseConnection, schema: str, ledger: str) -> bool:
+    """One of the load's sessions is connected, or a session locks its ledger (a COPY).
+    Uses a savepoint of the caller's transaction; the lock, if taken, lasts until it ends."""
+    load_id = naming.load_of_ledger(ledger)
+    assert load_id is not None
+    if scalar(conn, sql.load_sessions(naming.application_name(load_id, ""))):
+        return True
+    execute(conn, sql.set_config("lock_timeout", LEFTOVER_LOCK_TIMEOUT, local=True))
+    execute(conn, sql.savepoint("pgbulk_leftover"))
+    try:
+        execute(conn, sql.lock_tables([(schema, ledger)], "ACCESS EXCLUSIVE"))
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+            raise
+        execute(conn, sql.rollback_to("pgbulk_leftover"))
+        return True
+    return False
+
+
+def remove_leftovers(
+    conn: DatabaseConnection, schema: str, table: str, *, dry_run: bool = False
+) -> list[Leftover]:
+    """Drop the tables of every load into ``schema.table`` that is not running (none of its
+    sessions connected, its ledger not locked), finalized or not: for a load killed too hard
+    to clean up after itself (SIGKILL, a crash) when the next load's own clean-up (after
+    ``abandoned_after``) is too far off. Each load's tables go in one transaction, its ledger
+    locked first, so a step of it that starts meanwhile waits and then finds no ledger.
+
+    Caution: under Airflow, a load between two of its tasks has no session; one whose COPY
+    tasks wait for a worker would fail (its target unchanged) if its tables were removed.
+
+    :param dry_run: only list them. Returns the loads found, removed or (``running``) left."""
+    found = find_leftovers(conn, schema, table)
+    if dry_run:
+        return found
+    for leftover in found:
+        if leftover.running:
+            continue
+        ledger = naming.ledger_table(leftover.load_id)
+        try:
+            if _in_use(conn, schema, ledger):  # under the ledger's lock: it stays so
+                conn.rollback()
+                continue
+            names = drop_run_tables(conn, schema, leftover.load_id)
+            conn.commit()
+        except BaseException:
+            rollback_quietly(conn)
+            raise
+        log.warning(
+            "Load %s: removed the tables it left behind in %s (not running): %s",
+            leftover.load_id,
+            schema,
+            ", ".join(names),
+        )
+    return found
+
+
+def was_finalized(conn: DatabaseConnection, schema: str, load_id: str) -> bool:
+    """Whether the load's rows were made visible (its ledger says so; no ledger: False)."""
+    ledger = naming.ledger_table(load_id)
+    try:
+        if not scalar(conn, sql.relation_exists(schema, ledger)):
+            return False
+        return bool(execute(conn, sql.ledger_activity(schema, ledger))[0][0])
+    finally:
+        rollback_quietly(conn)
+
+
+def end_load_sessions(conn: DatabaseConnection, load_id: str) -> int:
+    """End the load's other sessions (a stopped load's, whose statements were cancelled: a
+    COPY FROM STDIN waiting for its client takes no cancel until more data comes, and keeps
+    its locks). Commits; returns how many were ended."""
+    ended = int(scalar(conn, sql.terminate_load_sessions(naming.application_name(load_id, ""))))
+    conn.commit()
+    return ended

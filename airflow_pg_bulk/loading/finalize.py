@@ -18,7 +18,7 @@ from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, server_error
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import ConstraintViolationError
-from airflow_pg_bulk.loading import copy, ledger, repair
+from airflow_pg_bulk.loading import changes, copy, ledger, repair
 from airflow_pg_bulk.loading.copy import ProgressCallback
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.plan.figures import LoadSummary, PhaseClock
@@ -43,6 +43,7 @@ def finalize(
     locked = False
     described = plan  # errors are told with its names (a partitioned load's, once routed)
     merged: Merged | None = None  # upsert: rows inserted, updated
+    before: changes.Before | None = None  # for the summary of what changed
     try:
         with clock.phase("check"):
             # for the whole session: every statement of finalize (the DDL on staging too, which
@@ -65,6 +66,7 @@ def finalize(
         else:
             strategy = strategies.for_plan(plan)
             described = strategy.route(conn, plan, clock, rows)
+            before = changes.read_before(conn, described)
             merged = strategy.make_visible(conn, described, clock, totals, sessions)
         if not totals.finalized:  # after the commit, off the critical path; never fails the load
             history.trim(conn, plan)
@@ -89,13 +91,16 @@ def finalize(
         records=rows + rejected,  # each partition's accounting checked rows + rejects = records
         inserted=merged[0] if merged else None,
         updated=merged[1] if merged else None,
+        **changes.summary_fields(described, before, rows, merged[0] if merged else None),
+        reject_table=".".join(plan.reject_table) if plan.reject_table else None,
     )
     log.info(
-        "Load %s: finalized: %d rows now in %s (%s); finalize phases: %s",
+        "Load %s: finalized: %d rows loaded into %s (%s)%s; finalize phases: %s",
         plan.load_id,
         rows,
         t.qualified,
         plan.mode,
+        "".join(f"; {line}" for line in summary.what_changed(most=10)),
         ", ".join(f"{name} {secs:.2f} s" for name, secs in clock.seconds.items()),
     )
     return summary

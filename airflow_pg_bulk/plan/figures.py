@@ -59,6 +59,42 @@ def finalize_seconds(seconds: dict[str, float]) -> float:
 
 
 @dataclass(frozen=True)
+class TableChange(PlainData):
+    """What a load did to one table, or one table partition, of its target.
+
+    :param table: ``schema.name``.
+    :param action: ``replaced``, ``appended to``, ``upserted into`` or ``emptied``.
+    :param rows_before: the rows it held before the load; the catalog's estimate
+        (``pg_class.reltuples``, no scan) when ``before_estimated``; None: unknown (never
+        analyzed).
+    :param rows_after: the rows it holds after the load; None: unknown.
+    :param before_estimated: ``rows_before`` is an estimate.
+    :param after_estimated: ``rows_after`` is an estimate (the estimate before plus the rows
+        added).
+    """
+
+    table: str
+    action: str
+    rows_before: int | None
+    rows_after: int | None
+    before_estimated: bool = True
+    after_estimated: bool = False
+
+    def describe(self) -> str:
+        """``replaced s.t_2024_01: about 800,000 -> 200,000 rows``."""
+        before = rows_in_words(self.rows_before, self.before_estimated)
+        after = rows_in_words(self.rows_after, self.after_estimated)
+        return f"{self.action} {self.table}: {before} -> {after} rows"
+
+
+def rows_in_words(rows: int | None, estimated: bool) -> str:
+    """``1,000``, ``about 1,000`` (the catalog's estimate) or ``unknown (never analyzed)``."""
+    if rows is None:
+        return "unknown (never analyzed)"
+    return f"about {rows:,}" if estimated else f"{rows:,}"
+
+
+@dataclass(frozen=True)
 class LoadSummary(PlainData):
     """A whole load's figures.
 
@@ -75,7 +111,14 @@ class LoadSummary(PlainData):
 
     ``inserted``/``updated``: an upsert's new rows and rows replaced (``None``: not an upsert,
     or a finalize retried after its commit); loaded rows beyond their sum were superseded by a
-    later row with the same key."""
+    later row with the same key.
+
+    ``changes``: what the load did to the target, or to each table partition it touched
+    (:class:`TableChange`); ``table_rows``: the rows the target holds after the load (None:
+    unknown), an estimate when ``table_rows_estimated`` (the catalog's, for the rows the load
+    did not touch: finalize never counts the target). Both empty for a finalize retried after
+    its commit. ``reject_table``: where rejected rows went (``schema.table``; None: not
+    rejecting)."""
 
     table: str
     mode: str
@@ -89,6 +132,10 @@ class LoadSummary(PlainData):
     ended_at: float = 0.0
     inserted: int | None = None
     updated: int | None = None
+    changes: tuple[TableChange, ...] = ()
+    table_rows: int | None = None
+    table_rows_estimated: bool = False
+    reject_table: str | None = None
 
     @property
     def whole(self) -> bool:
@@ -152,10 +199,23 @@ class LoadSummary(PlainData):
         )
         return super().from_dict({k: v for k, v in data.items() if k not in derived})
 
+    def what_changed(self, most: int | None = None) -> list[str]:
+        """Each change in words (the first ``most``, then how many more), then the rows the
+        target holds; empty when the changes are not known."""
+        if not self.changes:
+            return []
+        shown = self.changes if most is None else self.changes[:most]
+        lines = [c.describe() for c in shown]
+        if len(shown) < len(self.changes):
+            lines.append(f"... and {len(self.changes) - len(shown)} more table partitions")
+        holds = rows_in_words(self.table_rows, self.table_rows_estimated)
+        return [*lines, f"{self.table} holds {holds} rows now"]
+
     def describe(self) -> str:
         """A short human-readable report."""
         mb = self.bytes / 1e6
         span = "" if self.whole else " (finalize alone: prepare and COPY not included)"
+        where = f" {self.reject_table}" if self.reject_table else ""
         lines = [
             f"Loaded {self.rows:,} rows ({mb:,.1f} MB, {self.partitions} COPY streams) into "
             f"{self.table} ({self.mode}) in {self.wall_seconds:.2f} s{span}: "
@@ -163,13 +223,15 @@ class LoadSummary(PlainData):
         ]
         lines.append(
             f"  {self.records:,} records read from the source: {self.rows:,} loaded, "
-            f"{self.rejects:,} rejected" + (" (see the reject table)" if self.rejects else "")
+            f"{self.rejects:,} rejected"
+            + (f" (see the reject table{where})" if self.rejects else "")
         )
         if self.superseded is not None:
             lines.append(
                 f"  upsert: {self.inserted:,} rows inserted, {self.updated:,} updated, "
                 f"{self.superseded:,} superseded by a later row with the same key"
             )
+        lines += [f"  {line}" for line in self.what_changed()]
         for name, secs in self.seconds.items():
             note = f"  ({WAIT_PHASES[name]})" if name in WAIT_PHASES else ""
             lines.append(f"  {name:<14} {secs:8.2f} s{note}")

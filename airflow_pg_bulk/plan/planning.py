@@ -8,13 +8,14 @@ it can be tested without a server or a file.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from airflow_pg_bulk import naming
-from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.errors import BadArgumentError, LoadRefusedError
 from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.plan.codes import Identity, Mode, Persistence
 from airflow_pg_bulk.plan.definition import TargetDefinition
@@ -168,6 +169,12 @@ class UniqueIndex:
         return f"{what} ({', '.join(self.columns) or 'an expression'})"
 
 
+def _did_you_mean(unknown: Sequence[str], names: Sequence[str]) -> str:
+    """`` (did you mean 'id'?)`` for the names closest to the unknown ones; empty if none."""
+    close = [m for u in unknown for m in difflib.get_close_matches(u, names, n=1)]
+    return f" (did you mean {', '.join(map(repr, close))}?)" if close else ""
+
+
 def upsert_spec(
     request: LoadRequest,
     target: TargetDefinition,
@@ -193,9 +200,10 @@ def upsert_spec(
         repeated = sorted({c for c in key if key.count(c) > 1})
         unknown = [c for c in key if c not in {col.name for col in target.columns}]
         if repeated or unknown:
-            raise LoadRefusedError(
+            raise BadArgumentError(
                 f"upsert key {list(key)} of {name}: "
                 + (f"{unknown} are not columns of the table" if unknown else "")
+                + _did_you_mean(unknown, [col.name for col in target.columns])
                 + ("; " if repeated and unknown else "")
                 + (f"{repeated} named twice" if repeated else "")
             )

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
+from urllib.parse import urlsplit
 
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.source.syntax import GLOB_CHARS
@@ -192,6 +193,30 @@ def _access_denied(url: str, conn_id: str | None, exc: BaseException) -> LoadRef
     )
 
 
+#: botocore's errors for an endpoint that does not answer (by name: botocore is optional)
+_UNREACHABLE = {"EndpointConnectionError", "ConnectTimeoutError", "ConnectionClosedError"}
+
+
+def _unreachable(exc: BaseException) -> bool:
+    return any(cls.__name__ in _UNREACHABLE for cls in type(exc).__mro__)
+
+
+def _no_endpoint(url: str, conn_id: str | None, exc: BaseException) -> TransientLoadError:
+    endpoint = (getattr(exc, "kwargs", None) or {}).get("endpoint_url")
+    where = (
+        f"the endpoint_url in the extra of the connection {conn_id!r} (source_conn_id)"
+        if conn_id
+        else "AWS_ENDPOINT_URL in the environment (unset: the provider's public endpoint)"
+    )
+    parts = urlsplit(str(endpoint)) if endpoint else None
+    at = f" at {parts.scheme}://{parts.netloc.rpartition('@')[2]}" if parts else ""
+    return TransientLoadError(
+        f"source {url}: cannot reach the object store{at} "
+        f"({scrub(str(exc))}); check {where}, and that the store is up and reachable "
+        "from here. Nothing was loaded"
+    )
+
+
 def _url(scheme: str, name: str) -> str:
     return f"{scheme}://{name.lstrip('/')}"
 
@@ -240,6 +265,10 @@ def list_objects(url: str, conn_id: str | None) -> list[tuple[str, int, str | No
         raise LoadRefusedError(
             f"source {url}: cannot list it ({type(exc).__name__}: {scrub(str(exc))})"
         ) from None
+    except Exception as exc:
+        if not _unreachable(exc):
+            raise
+        raise _no_endpoint(url, conn_id, exc) from None
     return [
         (_url(where.scheme, name), int(info["size"]), etag_of(info), conn_id)
         for name, info in files.items()

@@ -51,6 +51,15 @@ def load_sessions(application_prefix: str) -> Composed:
     ).format(Literal(application_prefix))
 
 
+def terminate_load_sessions(application_prefix: str) -> Composed:
+    """End the other sessions named ``<application_prefix>…`` (a stopped load's: a COPY FROM
+    STDIN waiting for its client takes no cancel until data comes); how many."""
+    return SQL(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+        " WHERE pid <> pg_backend_pid() AND starts_with(application_name, {})"
+    ).format(Literal(application_prefix))
+
+
 def now_epoch() -> SQL:
     """The server's clock (the transaction's start), in epoch seconds."""
     return SQL("SELECT extract(epoch FROM now())::float8")

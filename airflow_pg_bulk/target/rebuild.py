@@ -76,6 +76,30 @@ def resolve(
     load by ``load_id``)."""
     if not request.mode.takes_strategy:
         return "in_place"
+    choice, why = choose(conn, request, target, load_bytes)
+    warn = request.strategy == "auto" and "not possible" in why and actionable(target)
+    (log.warning if warn else log.info)(
+        "Load %s: %s into %s: strategy %s (%s)",
+        load_id,
+        request.mode,
+        target.qualified,
+        choice,
+        why,
+    )
+    return choice
+
+
+def actionable(target: TargetDefinition) -> bool:
+    """Whether a rebuild found not possible is worth a warning: the user can act on it (the
+    role does not own the target, an object a swap cannot carry over). A partitioned target
+    is loaded partition by partition, as designed: nothing to act on, said at INFO."""
+    return target.partitioning is None
+
+
+def choose(
+    conn: DatabaseConnection, request: LoadRequest, target: TargetDefinition, load_bytes: int
+) -> tuple[str, str]:
+    """The strategy of an append or upsert by the cost model, and why (reads only)."""
     target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
     choice, why = planning.choose_strategy(
         planning.StrategyInputs(
@@ -89,15 +113,7 @@ def resolve(
             obstacle=obstacle(conn, target) if request.strategy != "in_place" else None,
         )
     )
-    (log.warning if request.strategy == "auto" and "not possible" in why else log.info)(
-        "Load %s: %s into %s: strategy %s (%s)",
-        load_id,
-        request.mode,
-        target.qualified,
-        choice,
-        why,
-    )
-    return choice
+    return choice, why
 
 
 def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:

@@ -1,0 +1,122 @@
+"""What a load changed, for its summary (:class:`airflow_pg_bulk.plan.figures.TableChange`): per
+table partition touched, the action and the rows before and after; the rows the target holds
+after the load.
+
+finalize never counts the target: its cost must not grow with the target's size. The rows
+before come from the catalog's estimate (``pg_class.reltuples``, said to be one), read in one
+statement before the rows become visible; the rows a partition receives are the ledger's total
+(one partition) or counted in the load's own staging partitions (several: one statement, a
+scan of the loaded rows alone)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_pg_bulk import naming
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    is_database_error,
+    rollback_quietly,
+)
+from airflow_pg_bulk.plan import LoadPlan
+from airflow_pg_bulk.plan.figures import TableChange
+from airflow_pg_bulk.sql.summary import row_estimates, staged_rows
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Before:
+    """What finalize reads before the rows become visible.
+
+    :param estimates: (schema, name) of the target, or of each of its partitions, to the
+        catalog's row estimate (-1: never analyzed).
+    :param staged: rows per staging partition number (several partitions touched); None:
+        one, or not counted.
+    """
+
+    estimates: dict[tuple[str, str], int]
+    staged: dict[int, int] | None
+
+
+def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
+    """The estimates and staged counts of a routed ``plan`` (see the module's docstring);
+    None when they could not be read (the summary then says nothing of the changes: it never
+    fails the load). Ends its transaction."""
+    t = plan.target
+    leaves = t.partitioning.leaves if t.partitioning else ()
+    try:
+        estimates = {(s, n): int(r) for s, n, r in execute(conn, row_estimates(t.oid))}
+        staged = None
+        if len(leaves) > 1:
+            names = [naming.staging_partition(plan.load_id, n) for n in range(len(leaves))]
+            staged = {int(n): int(r) for n, r in execute(conn, staged_rows(t.schema, names))}
+        conn.commit()
+    except Exception as exc:
+        rollback_quietly(conn)
+        if not is_database_error(exc):
+            raise
+        log.info("Load %s: the summary of changes is left out: %s", plan.load_id, exc)
+        return None
+    return Before(estimates, staged)
+
+
+def _known(estimate: int | None) -> int | None:
+    return None if estimate is None or estimate < 0 else estimate
+
+
+def _plus(before: int | None, added: int | None) -> int | None:
+    return None if before is None or added is None else before + added
+
+
+def summary_fields(
+    plan: LoadPlan, before: Before | None, rows: int, inserted: int | None
+) -> dict[str, Any]:
+    """``changes``, ``table_rows`` and ``table_rows_estimated`` of the load's summary, for a
+    routed ``plan`` that loaded ``rows`` (an upsert: ``inserted`` of them new)."""
+    if before is None:
+        return {}
+    t = plan.target
+    mode = plan.mode
+    added = inserted if mode.keyed else rows
+    leaves = t.partitioning.leaves if t.partitioning else ()
+    everything = [_known(e) for e in before.estimates.values()]
+    whole = None if None in everything else sum(everything)  # type: ignore[arg-type]
+    if not leaves:  # a plain table, or an upsert (in place, through the parent)
+        action = "upserted into" if mode.keyed else "appended to"
+        if mode.replaces_rows and not mode.keyed:
+            change = TableChange(t.qualified, "replaced", whole, rows)
+        else:
+            change = TableChange(t.qualified, action, whole, _plus(whole, added), True, True)
+        return {
+            "changes": (change,),
+            "table_rows": change.rows_after,
+            "table_rows_estimated": change.after_estimated,
+        }
+    changes = []
+    touched = set()
+    for number, leaf in enumerate(leaves):
+        key = (leaf.definition.schema, leaf.definition.table)
+        touched.add(key)
+        was = _known(before.estimates.get(key, -1))
+        got = rows if len(leaves) == 1 else (before.staged or {}).get(number)
+        name = f"{key[0]}.{key[1]}"
+        if mode.replaces_rows:
+            changes.append(TableChange(name, "replaced", was, got))
+        else:
+            changes.append(TableChange(name, "appended to", was, _plus(was, got), True, True))
+    others = [_known(e) for k, e in before.estimates.items() if k not in touched]
+    if mode.whole_target:
+        emptied = [e for e in others if e != 0]
+        if emptied:
+            held = None if None in emptied else sum(emptied)  # type: ignore[arg-type]
+            label = f"{len(emptied)} other table partitions of {t.qualified}"
+            changes.append(TableChange(label, "emptied", held, 0))
+        return {"changes": tuple(changes), "table_rows": rows, "table_rows_estimated": False}
+    afters = [c.rows_after for c in changes] + others
+    total = None if None in afters else sum(afters)  # type: ignore[arg-type]
+    estimated = bool(others) or any(c.after_estimated for c in changes)
+    return {"changes": tuple(changes), "table_rows": total, "table_rows_estimated": estimated}
