@@ -15,6 +15,9 @@ class LoadOptions(TypedDict, total=False):
 
     mode: str | None
     source_conn_id: str | None
+    source_url: str | None
+    query: str | None
+    source_table: str | None
     format: str
     header: bool
     delimiter: str | None

@@ -126,6 +126,28 @@ OPTIONS: tuple[LoadOption, ...] = (
         "request",
     ),
     LoadOption(
+        "source_url", str, None,
+        "a database as the source, in place of files: a SQLAlchemy or libpq URL "
+        "(`postgresql://user@host/db` streams `COPY (query) TO STDOUT` into the load, bytes "
+        "not rows; `sqlite:///path.db` and other SQLAlchemy URLs stream rows from a "
+        "server-side cursor); with `query` or `source_table`. Its password is never logged "
+        "nor put in the plan. Not templated: under Airflow give `source_conn_id` instead",
+        "none: the source is files", "request", templated=False,
+    ),
+    LoadOption(
+        "query", str, None,
+        "with a database source: the SELECT whose rows are loaded; its column names are "
+        "matched to the target's by name (`SELECT a AS b` renames); templated, so "
+        "`WHERE updated_at >= '{{ data_interval_start }}'` loads one data interval",
+        "none", "request",
+    ),
+    LoadOption(
+        "source_table", str, None,
+        "with a database source: a table (`schema.table` or `table`) whose rows are all "
+        "loaded, in place of `query`",
+        "none", "request",
+    ),
+    LoadOption(
         "format", str, "csv",
         "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
         "by name, row groups split over COPY streams; needs `airflow-pg-bulk[parquet]`)",

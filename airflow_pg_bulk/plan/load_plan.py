@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from airflow_pg_bulk.plan.codes import Mode
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.plain import PlainData
-from airflow_pg_bulk.plan.request import CopyOptions, ErrorPolicy, Settings
+from airflow_pg_bulk.plan.request import CopyOptions, DatabaseSource, ErrorPolicy, Settings
 
 LOAD_HISTORY_TABLE = "pgbulk_loads"  # in the target's schema: one row per finalized load
 
@@ -151,6 +151,8 @@ class LoadPlan(PlainData):
     digest: str = ""
     # the DAG run and data interval under Airflow (the ordering rule); None in-process
     run: RunOrder | None = None
+    # a query or table on another database as the source (None: files)
+    database: DatabaseSource | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))  # a plain str from to_dict / XCom

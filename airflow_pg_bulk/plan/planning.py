@@ -19,7 +19,7 @@ from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.plan.codes import Identity, Mode, Persistence
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.load_plan import LoadPlan, Partition, RunOrder, UpsertSpec
-from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE, LoadRequest
+from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE, DatabaseSource, LoadRequest
 
 
 def loadable_columns(target: TargetDefinition) -> list[str]:
@@ -272,11 +272,13 @@ def build_plan(
     file_order: Sequence[str] = (),
     strategy: str = "in_place",
     run: RunOrder | None = None,
+    database: DatabaseSource | None = None,
 ) -> LoadPlan:
     """The load's plan from what prepare read: the request, the target's captured definition,
     the columns (:func:`plan_columns`) and the source cut into partitions; for an upsert its
     key (:func:`upsert_spec`), and the pieces numbered in source order (``file_order``);
-    ``strategy``: an append's or upsert's, as :func:`choose_strategy` resolved it."""
+    ``strategy``: an append's or upsert's, as :func:`choose_strategy` resolved it;
+    ``database``: a database source (None: files)."""
     if request.mode.keyed:
         if upsert is None:
             raise ValueError("an upsert's plan needs its key (planning.upsert_spec)")
@@ -299,6 +301,7 @@ def build_plan(
         upsert=upsert,
         strategy="in_place" if request.mode.swaps_table else strategy,
         run=run,
+        database=database,
     )
     return dataclasses.replace(plan, digest=plan_digest(plan))
 
