@@ -323,3 +323,57 @@ def test_cli_loads_from_a_database(
     status = cli.main(["load", "--conn", pg_dsn, "--table", table, "--mode", "replace"])
     assert status == 2
     assert "source must name at least one file" in capsys.readouterr().err
+
+
+# --- under Airflow: the connection id travels, the URL is resolved in each task ----------------
+
+
+DAG_FILE = """
+from airflow.sdk import DAG
+
+from airflow_pg_bulk.task_group import pg_bulk_load
+
+with DAG("pg_bulk_db_source_test", schedule=None, params={"day": "2026-01-02"}) as dag:
+    pg_bulk_load(
+        group_id="load",
+        table=%r,
+        postgres_conn_id="pg_bulk_target",
+        source_conn_id="pg_bulk_source",
+        query="SELECT * FROM src WHERE day = '{{ params.day }}'",
+        mode="replace",
+    )
+"""
+
+
+def test_task_group_loads_from_a_postgres_connection(
+    airflow_db: str, db: Any, source_pg: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from airflow.dag_processing.bundles.manager import DagBundlesManager
+    from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+    from airflow.models.xcom import XComModel
+    from airflow.utils.session import create_session
+
+    from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_TARGET", airflow_connection_json(db.dsn))
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_SOURCE", airflow_connection_json(source_pg))
+    table = _target(db)
+    (tmp_path / "db_source_dag.py").write_text(DAG_FILE % table)
+    dagbag = DagBag(dag_folder=str(tmp_path))
+    assert dagbag.import_errors == {}
+    DagBundlesManager().sync_bundles_to_db()
+    sync_bag_to_db(dagbag, "pg-bulk-test-dags", None)  # dag.test() runs serialized DAGs only
+    run = dagbag.get_dag("pg_bulk_db_source_test").test()
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    assert run.state == "success", states
+    assert {day for _, day, _ in _rows(db)} == {"2026-01-02"}
+    assert len(_rows(db)) == 1000
+    # the plan in XCom names the connection, not its URL
+    with create_session() as session:
+        plans = [
+            str(x.value)
+            for x in session.query(XComModel).filter(
+                XComModel.run_id == run.run_id, XComModel.key == "plan"
+            )
+        ]
+    assert plans and all("pg_bulk_source" in p and "postgresql://" not in p for p in plans)
