@@ -120,7 +120,9 @@ OPTIONS: tuple[LoadOption, ...] = (
         "source_conn_id", str, None,
         "Airflow connection that object-storage URLs in `source` (`s3://bucket/prefix/*.csv.gz`) "
         "are read with: an `aws` connection for `s3://`, its extra `endpoint_url` for an "
-        "S3-compatible store; every COPY task reads its own objects with it",
+        "S3-compatible store; every COPY task reads its own objects with it. With `query` or "
+        "`source_table`: the source database's connection (any whose hook is a DB-API hook; "
+        "each task resolves it, only its id travels through XCom)",
         "none: the standard environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, "
         "`AWS_ENDPOINT_URL`, …)",
         "request",
