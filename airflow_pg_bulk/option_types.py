@@ -18,6 +18,7 @@ class LoadOptions(TypedDict, total=False):
     source_url: str | None
     query: str | None
     source_table: str | None
+    split_by: str | None
     format: str
     header: bool
     delimiter: str | None

@@ -150,6 +150,13 @@ OPTIONS: tuple[LoadOption, ...] = (
         "none", "request",
     ),
     LoadOption(
+        "split_by", str, None,
+        "with a database source: a column (integer, date or timestamp) whose range, from its "
+        "min to its max, is cut into `partitions` equal ranges, one COPY stream each (rows "
+        "with a NULL key go to the first); each range is its own statement on the source",
+        "none: one COPY stream", "request",
+    ),
+    LoadOption(
         "format", str, "csv",
         "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
         "by name, row groups split over COPY streams; needs `airflow-pg-bulk[parquet]`)",

@@ -228,6 +228,52 @@ def test_sqlite_source_values_round_trip(
     assert [None if r[1] is None else bytes(r[1]).decode() for r in got] == AWKWARD
 
 
+# --- split by a column: one COPY stream per range ------------------------------------------------
+
+
+def test_split_by_a_column_with_null_keys(
+    db: Any, connect: Callable[[], Any], source_pg: str, source_sqlite: str
+) -> None:
+    table = _target(db)
+    expected = load(connect, table, mode="replace", source_url=source_pg, source_table="src")
+    whole = db.checksum("t")
+    whole_ids = db.checksum("t", "id, day, v")
+    # an integer key with NULLs (every tenth row): they go to the first range
+    nulls = "SELECT id, day, v, CASE WHEN id % 10 = 0 THEN NULL ELSE id END AS amount FROM src"
+    summary = load(
+        connect, table, mode="replace", source_url=source_pg, query=nulls,
+        split_by="amount", partitions=4,
+    )  # fmt: skip
+    assert summary.rows == expected.rows == 3000
+    assert "4 COPY streams" in summary.describe()
+    assert (
+        db.scalar(sql.SQL("SELECT count(*) FROM {} WHERE amount IS NULL").format(db.ident("t")))
+        == 300
+    )
+    assert db.checksum("t", "id, day, v") == whole_ids
+    # a date key of three days: three ranges however many were asked for
+    summary = load(
+        connect, table, mode="replace", source_url=source_pg, source_table="src",
+        split_by="day", partitions=8,
+    )  # fmt: skip
+    assert "3 COPY streams" in summary.describe() and db.checksum("t") == whole
+    # SQLite: dates as ISO text, through SQLAlchemy
+    summary = load(
+        connect, table, mode="replace", source_url=source_sqlite, source_table="src",
+        split_by="day", partitions=2,
+    )  # fmt: skip
+    assert summary.rows == 3000 and "2 COPY streams" in summary.describe()
+    with pytest.raises(LoadRefusedError, match="not integers, dates or timestamps"):
+        load(
+            connect, table, mode="replace", source_url=source_pg, source_table="src",
+            split_by="amount", partitions=2,
+        )  # fmt: skip
+    with pytest.raises(ValueError, match="split_by needs partitions"):
+        load(
+            connect, table, mode="replace", source_url=source_pg, source_table="src", split_by="id"
+        )
+
+
 # --- failures: the target untouched -----------------------------------------------------------
 
 

@@ -15,9 +15,15 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
   here rather than with psycopg 3's ``Copy.write_row`` keeps one path for both target drivers
   (psycopg2 has no row writer) and for the row accounting (rows counted as they are encoded).
 
-What each COPY stream sees: one COPY stream reads the whole source in one statement, so it
-sees one snapshot of the source (the statement's, under READ COMMITTED: the source's own
-consistency, not the target's). The rows read from the source must equal the rows COPY loaded,
+What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
+statement, so it sees one snapshot of the source. With ``split_by`` each range of the key
+(:func:`airflow_pg_bulk.plan.planning.key_ranges`, from the min and max prepare read) is a
+statement of its own, in its own transaction and session (a thread in-process, a COPY task
+under Airflow), so each sees the source as of its own start: a row written on the source in
+between may be seen by one range and not another (or, its key moved across ranges, twice or
+never). The guarantee offered is the query's own bound: a query bounded by the data interval
+(``updated_at < '{{ data_interval_end }}'``) leaves later writes outside every range. (One
+exported snapshot held for all ranges, as pgcopydb does, is not done yet.) The rows read from the source must equal the rows COPY loaded,
 or the COPY stream fails; a source that fails midway (a query error on a later row, a lost
 connection) fails the COPY stream and its transaction is rolled back: staging keeps nothing of
 it and the target is untouched.
@@ -30,6 +36,7 @@ operator in each task: :func:`hold_connection`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -47,6 +54,7 @@ from airflow_pg_bulk.plan import (
     Partition,
     Piece,
     TargetDefinition,
+    planning,
 )
 from airflow_pg_bulk.source import header, records
 from airflow_pg_bulk.source.copy_text import TextRows
@@ -199,8 +207,15 @@ class DatabaseFormat:
         else:
             assert request.source_conn_id is not None  # the request checked it
             name = request.source_conn_id
+        postgres = is_postgres(_url(name))
         return cls(
-            DatabaseSource(name, is_postgres(_url(name)), request.query, request.source_table)
+            DatabaseSource(
+                name,
+                postgres,
+                request.query,
+                request.source_table,
+                split_by=request.split_by or None,
+            )
         )
 
     @property
@@ -222,9 +237,12 @@ class DatabaseFormat:
         here, before anything is made."""
         names = source_columns(self.source)
         matched = match_names(names, loadable, self.source.name)
-        source = DatabaseSource(
-            self.source.name, self.source.postgres, self.source.query, self.source.table, names
-        )
+        if self.source.split_by and self.source.split_by not in names:
+            raise LoadRefusedError(
+                f"split_by {self.source.split_by!r} is not a column of the source "
+                f"{self.source.name} (its columns: {list(names)}); nothing was changed"
+            )
+        source = dataclasses.replace(self.source, columns=names)
         return Matched(tuple(matched), database=source)
 
     def columns(
@@ -236,8 +254,16 @@ class DatabaseFormat:
     def cut(
         self, files: Sequence[SourceFile], partitions: int, matched: Matched
     ) -> list[Partition]:
-        """One COPY stream: the whole query, read in one statement (one snapshot)."""
-        return [Partition(0, (Piece(self.source.name),), 0)]
+        """One COPY stream: the whole query, read in one statement (one snapshot); split by a
+        column, one per range of it (:func:`airflow_pg_bulk.plan.planning.key_ranges` of its
+        min and max), each read in a statement of its own."""
+        ranges: list[tuple[Any, Any]] = [(None, None)]
+        if self.source.split_by:
+            ranges = planning.key_ranges(*key_bounds(self.source), partitions)
+        return [
+            Partition(i, (Piece(self.source.name, key_range=bounds),), 0)
+            for i, bounds in enumerate(ranges)
+        ]
 
     @property
     def copy_options(self) -> CopyOptions:
@@ -279,6 +305,27 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
             raise _query_refused(source, _reason(exc, _url(source.name))) from None
 
 
+def key_bounds(source: DatabaseSource) -> tuple[Any, Any]:
+    """The split key's min and max over the source's rows."""
+    assert source.split_by is not None
+    try:
+        if source.postgres:
+            with _postgres(source.name) as conn:
+                select = source_sql.source_select(source.query, source.table)
+                row = driver.execute(conn, source_sql.key_bounds(select, source.split_by))[0]
+        else:
+            with _alchemy(source.name) as conn:
+                statement = source_sql.alchemy_key_bounds(
+                    source.query, source.table, source.split_by
+                )
+                row = tuple(conn.execute(statement).one())
+    except PgBulkError:
+        raise
+    except Exception as exc:
+        raise _query_refused(source, _reason(exc, _url(source.name))) from None
+    return row[0], row[1]
+
+
 def _query_refused(source: DatabaseSource, reason: str) -> LoadRefusedError:
     what = f"table {source.table}" if source.table else "query"
     return LoadRefusedError(
@@ -317,17 +364,22 @@ def copy_piece(
     :raises BadDataError: a value the target's column does not take."""
     source = plan.database
     assert source is not None
+    bounds = (piece.key_range or (None, None))[:2]
     t = plan.target
     statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
     if source.postgres:
         with _postgres(source.name) as src:
-            select = source_sql.source_select(source.query, source.table)
+            select = source_sql.key_range(
+                source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
+            )
             reader: CopyOut | TextRows = CopyOut(src, source_sql.copy_out(select))
             loaded = _copy_in(conn, plan, statement, reader)
     else:
         with _alchemy(source.name) as src:
             result = src.execution_options(stream_results=True, yield_per=YIELD_PER).execute(
-                source_sql.alchemy_select(source.query, source.table)
+                source_sql.alchemy_key_range(
+                    source.query, source.table, source.split_by or "", *bounds
+                )
             )
             reader = TextRows(result)
             loaded = _copy_in(conn, plan, statement, reader)
@@ -337,11 +389,12 @@ def copy_piece(
             f"loaded {loaded} into {t.qualified}; nothing of this COPY stream was committed"
         )
     log.info(
-        "Load %s: read %d rows (%.1f MB) from %s by %s",
+        "Load %s: read %d rows (%.1f MB) from %s%s by %s",
         plan.load_id,
         loaded,
         reader.bytes / 1e6,
         source.name,
+        f", {source.split_by} in [{bounds[0]}, {bounds[1]})" if source.split_by else "",
         "COPY TO STDOUT" if source.postgres else "a server-side cursor",
     )
     return loaded, reader.bytes

@@ -154,6 +154,7 @@ class DatabaseSource(PlainData):
     :param query: the SELECT whose rows are loaded (as the user wrote it, templates rendered).
     :param table: ``schema.table`` or ``table`` whose rows are all loaded, in place of a query.
     :param columns: the source's column names, in its order (matched to the target's by name).
+    :param split_by: the column whose ranges are the COPY streams (None: one COPY stream).
     """
 
     name: str
@@ -161,6 +162,7 @@ class DatabaseSource(PlainData):
     query: str | None = None
     table: str | None = None
     columns: tuple[str, ...] = ()
+    split_by: str | None = None
 
 
 DEFAULT_PARTITION_BYTES = load_options.DEFAULT_PARTITION_BYTES
@@ -201,6 +203,8 @@ class LoadRequest(PlainData):
         password, so it stays in this process (the plan carries it masked).
     :param query: with a database source, the SELECT whose rows are loaded.
     :param source_table: with a database source, the table whose rows are all loaded.
+    :param split_by: with a database source and ``partitions``: the column whose range is cut
+        into one COPY stream per ``partitions``.
     """
 
     table: str
@@ -220,6 +224,7 @@ class LoadRequest(PlainData):
     source_url: str | None = default("source_url")
     query: str | None = default("query")
     source_table: str | None = default("source_table")
+    split_by: str | None = default("split_by")
 
     def __post_init__(self) -> None:
         if not self.mode:
@@ -261,7 +266,11 @@ class LoadRequest(PlainData):
         if not self.from_database:
             if not self.source:
                 raise ValueError("source must name at least one file or glob")
+            if self.split_by:
+                raise ValueError("split_by applies to a database source (query or source_table)")
             return
+        if self.split_by and self.partitions is None:
+            raise ValueError("split_by needs partitions: the number of ranges of its column")
         if self.source:
             raise ValueError(
                 "give either source (files) or a database source (query or source_table), not both"

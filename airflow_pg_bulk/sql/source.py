@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from psycopg.sql import SQL, Composable, Composed, Identifier
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
 
 def source_select(query: str | None, table: str | None) -> Composable:
@@ -45,3 +45,71 @@ def alchemy_select(query: str | None, table: str | None) -> Any:
             sqlalchemy.table(name, schema=schema or None)
         )
     return sqlalchemy.text(query)  # type: ignore[arg-type]
+
+
+def _key_predicate(column: str, low: Any, high: Any) -> Composable:
+    """The rows of one range of the split key: ``low <= key < high``; no low: below high, and
+    the NULL keys; no high: from low."""
+    key = Identifier(column)
+    if low is None and high is None:
+        return SQL("TRUE")
+    if low is None:
+        return SQL("({} < {} OR {} IS NULL)").format(key, Literal(high), key)
+    if high is None:
+        return SQL("{} >= {}").format(key, Literal(low))
+    return SQL("{} >= {} AND {} < {}").format(key, Literal(low), key, Literal(high))
+
+
+def key_bounds(select: Composable, column: str) -> Composed:
+    """The split key's min and max over the source's rows."""
+    key = Identifier(column)
+    return SQL("SELECT min({}), max({}) FROM ({}) AS pgbulk_source").format(key, key, select)
+
+
+def key_range(select: Composable, column: str, low: Any, high: Any) -> Composable:
+    """The source's rows in one range of its split key (all of them without a split)."""
+    if low is None and high is None:
+        return select
+    return SQL("SELECT * FROM ({}) AS pgbulk_source WHERE {}").format(
+        select, _key_predicate(column, low, high)
+    )
+
+
+def _alchemy_source(query: str | None, table: str | None) -> Any:
+    return (
+        alchemy_select(query, table).columns().subquery("pgbulk_source")
+        if table is None
+        else (alchemy_select(query, table).subquery("pgbulk_source"))
+    )
+
+
+def alchemy_key_bounds(query: str | None, table: str | None, column: str) -> Any:
+    """:func:`key_bounds` through SQLAlchemy."""
+    import sqlalchemy
+
+    key = sqlalchemy.column(column)
+    return sqlalchemy.select(sqlalchemy.func.min(key), sqlalchemy.func.max(key)).select_from(
+        _alchemy_source(query, table)
+    )
+
+
+def alchemy_key_range(
+    query: str | None, table: str | None, column: str, low: Any, high: Any
+) -> Any:
+    """:func:`key_range` through SQLAlchemy (the bounds as bound parameters)."""
+    import sqlalchemy
+
+    if low is None and high is None:
+        return alchemy_select(query, table)
+    key = sqlalchemy.column(column)
+    if low is None:
+        where = sqlalchemy.or_(key < high, key.is_(None))
+    elif high is None:
+        where = key >= low
+    else:
+        where = sqlalchemy.and_(key >= low, key < high)
+    return (
+        sqlalchemy.select(sqlalchemy.text("*"))
+        .select_from(_alchemy_source(query, table))
+        .where(where)
+    )
