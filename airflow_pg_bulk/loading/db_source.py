@@ -23,10 +23,12 @@ under Airflow), so each sees the source as of its own start: a row written on th
 between may be seen by one range and not another (or, its key moved across ranges, twice or
 never). The guarantee offered is the query's own bound: a query bounded by the data interval
 (``updated_at < '{{ data_interval_end }}'``) leaves later writes outside every range. (One
-exported snapshot held for all ranges, as pgcopydb does, is not done yet.) The rows read from the source must equal the rows COPY loaded,
-or the COPY stream fails; a source that fails midway (a query error on a later row, a lost
-connection) fails the COPY stream and its transaction is rolled back: staging keeps nothing of
-it and the target is untouched.
+exported snapshot held for all ranges, as pgcopydb does, is not done yet.)
+
+The rows read from the source must equal the rows COPY loaded, or the COPY stream fails; a
+source that fails midway (a query error on a later row, a lost connection) fails the COPY
+stream and its transaction is rolled back: staging keeps nothing of it and the target is
+untouched.
 
 The source URL may carry a password: it stays in this process (:func:`hold`); the plan (what
 travels through XCom) names it masked, or by its Airflow connection id (resolved by the
