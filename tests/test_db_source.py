@@ -18,7 +18,7 @@ import pytest
 from psycopg import sql
 
 from airflow_pg_bulk import cli
-from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.loading.db_source import SourceReadError
 from airflow_pg_bulk.runner import load
 
@@ -311,6 +311,14 @@ def test_source_failing_midway_leaves_target_untouched(
             " CASE WHEN id > 150000 THEN abs((id - 150001) - 9223372036854775807 - 1)"
             " ELSE 1 END AS amount FROM g",
         )
+    assert db.checksum("t") == before
+    # a value the target's column does not take: the source, the range, the row, the column
+    with pytest.raises(BadDataError, match=r"day in \[2026-01-02, 2026-01-03\), row \d+ .*amount"):
+        load(
+            connect, table, mode="replace", source_url=source_pg, split_by="day", partitions=3,
+            query="SELECT id, day, v, CASE WHEN id = 2998 THEN 'many' ELSE '1' END AS amount"
+            " FROM src",
+        )  # fmt: skip
     assert db.checksum("t") == before
     # nothing left behind: no staging, no ledger
     assert not db.run(

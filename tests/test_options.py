@@ -297,7 +297,7 @@ def test_templates_render_into_checked_values():
         "synchronous_commit": "on", "analyze": False, "on_error": "reject", "max_rejects": 9,
         "reject_table": "s.bad", "source_conn_id": "", "allow_older_run": True,
         "history_keep": 50, "abandoned_after": "2h", "source_url": None, "query": "",
-        "source_table": "",
+        "source_table": "", "split_by": "",
     }  # fmt: skip
     assert set(params) >= set(options.NAMES)
     prepare.render_template_fields({"params": params})

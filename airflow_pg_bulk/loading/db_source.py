@@ -45,9 +45,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db import driver
+from airflow_pg_bulk.db import driver, translate
 from airflow_pg_bulk.db.copy_out import CopyOut
-from airflow_pg_bulk.errors import LoadRefusedError, PgBulkError, TransientLoadError
+from airflow_pg_bulk.errors import (
+    LoadRefusedError,
+    PgBulkError,
+    TransientLoadError,
+    is_data_sqlstate,
+    parse_copy_context,
+)
 from airflow_pg_bulk.plan import (
     CopyOptions,
     DatabaseSource,
@@ -375,7 +381,7 @@ def copy_piece(
                 source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
             )
             reader: CopyOut | TextRows = CopyOut(src, source_sql.copy_out(select))
-            loaded = _copy_in(conn, plan, statement, reader)
+            loaded = _copy_in(conn, plan, statement, reader, bounds)
     else:
         with _alchemy(source.name) as src:
             result = src.execution_options(stream_results=True, yield_per=YIELD_PER).execute(
@@ -384,7 +390,7 @@ def copy_piece(
                 )
             )
             reader = TextRows(result)
-            loaded = _copy_in(conn, plan, statement, reader)
+            loaded = _copy_in(conn, plan, statement, reader, bounds)
     if reader.rows != loaded:
         raise SourceReadError(
             f"Load {plan.load_id}: the source {source.name} gave {reader.rows} rows but COPY "
@@ -396,13 +402,26 @@ def copy_piece(
         loaded,
         reader.bytes / 1e6,
         source.name,
-        f", {source.split_by} in [{bounds[0]}, {bounds[1]})" if source.split_by else "",
+        _range_text(source, bounds),
         "COPY TO STDOUT" if source.postgres else "a server-side cursor",
     )
     return loaded, reader.bytes
 
 
-def _copy_in(conn: Any, plan: LoadPlan, statement: Any, chunks: Iterable[bytes]) -> int:
+def _range_text(source: DatabaseSource, bounds: tuple[Any, Any]) -> str:
+    """``, day in [2026-01-01, 2026-01-02)`` for a split source's range; empty otherwise."""
+    if not source.split_by:
+        return ""
+    return f", {source.split_by} in [{bounds[0]}, {bounds[1]})"
+
+
+def _copy_in(
+    conn: Any,
+    plan: LoadPlan,
+    statement: Any,
+    chunks: Iterable[bytes],
+    bounds: tuple[Any, Any] = (None, None),
+) -> int:
     """``copy_in`` of the source's chunks; a failure of the source named as one."""
     source = plan.database
     assert source is not None
@@ -420,17 +439,18 @@ def _copy_in(conn: Any, plan: LoadPlan, statement: Any, chunks: Iterable[bytes])
     except Exception as exc:
         if failed:
             raise SourceReadError(
-                f"Load {plan.load_id}: the source {source.name} failed while it was read: "
+                f"Load {plan.load_id}: the source {source.name}{_range_text(source, bounds)} "
+                "failed while it was read: "
                 f"{_reason(failed[0], _url(source.name))}. Nothing of this COPY stream was "
                 f"committed; {plan.target.qualified} is unchanged"
             ) from None
         if driver.is_database_error(exc):
             err = driver.server_error(exc)
-            raise SourceReadError(
-                f"Load {plan.load_id}: {plan.target.qualified} did not take a row of the "
-                f"source {source.name}: {err.message}"
-                + (f" ({err.context.splitlines()[0]})" if err.context else "")
-                + f". Nothing of this COPY stream was committed; {plan.target.qualified} is "
-                "unchanged"
-            ) from None
+            if is_data_sqlstate(err.sqlstate):  # a value the target's column does not take
+                row, column, value = parse_copy_context(err.context)
+                where = f"source {source.name}{_range_text(source, bounds)}"
+                where += f", row {row} of its COPY stream" if row is not None else ""
+                raise translate.bad_value(
+                    err, plan, source.name, where, column, value, row
+                ) from None
         raise
