@@ -431,3 +431,43 @@ def test_task_group_loads_from_a_postgres_connection(
             )
         ]
     assert plans and all("pg_bulk_source" in p and "postgresql://" not in p for p in plans)
+
+
+def test_split_ranges_in_process_read_one_snapshot(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """Prepare exports a snapshot of the PostgreSQL source and holds it; every range read in
+    the same process imports it: rows written and deleted on the source after prepare are
+    not seen by any range (the last range, open-ended, would otherwise take the new ones)."""
+    from airflow_pg_bulk import steps
+    from airflow_pg_bulk.naming import new_load_id
+    from airflow_pg_bulk.plan import request_from_options
+    from airflow_pg_bulk.runner import run_plan
+
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute("CREATE TABLE growing AS SELECT * FROM src")
+    table = _target(db)
+    request = request_from_options(
+        table, (), mode="replace", source_url=source_pg, source_table="growing",
+        split_by="id", partitions=3,
+    )  # fmt: skip
+    load_id = new_load_id()
+    conn = connect()
+    try:
+        plan = steps.prepare(conn, request, load_id)
+        assert plan.database is not None and plan.database.snapshot
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute("INSERT INTO growing SELECT id + 3000, day, v, amount FROM src")
+            src.execute("DELETE FROM growing WHERE id <= 100")
+        run_plan(connect, plan, 3)
+        staged = db.run(
+            sql.SQL("SELECT count(*), min(id), max(id) FROM {}").format(
+                db.ident(plan.staging_table)
+            )
+        )
+        assert staged == [(3000, 1, 3000)]
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute("DROP TABLE growing")

@@ -17,13 +17,21 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
 
 What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
 statement, so it sees one snapshot of the source. With ``split_by`` each range of the key
-(:func:`airflow_pg_bulk.plan.planning.key_ranges`, from the min and max prepare read) is a
-statement of its own, in its own transaction and session (a thread in-process, a COPY task
-under Airflow), so each sees the source as of its own start: a row written on the source in
-between may be seen by one range and not another (or, its key moved across ranges, twice or
-never). The guarantee offered is the query's own bound: a query bounded by the data interval
-(``updated_at < '{{ data_interval_end }}'``) leaves later writes outside every range. (One
-exported snapshot held for all ranges, as pgcopydb does, is not done yet.)
+(:func:`airflow_pg_bulk.plan.planning.key_ranges`) is a statement of its own, in a session of
+its own:
+
+- **In one process** (the CLI, :func:`airflow_pg_bulk.runner.load`, ``dag.test()``), a
+  PostgreSQL source's ranges all read one snapshot, as pgcopydb does: prepare opens a
+  REPEATABLE READ session on the source, exports its snapshot (``pg_export_snapshot``), reads
+  the key's min and max in it, and holds it in this process (:func:`_export`); each range's
+  session imports it (``SET TRANSACTION SNAPSHOT``); the holding session ends after the last
+  range is read (or when the process exits: :func:`release_snapshots`).
+- **As separate Airflow COPY tasks** (other processes, later), the prepare task's session has
+  ended, so each range reads the source as of its own start: a row written on the source in
+  between may be seen by one range and not another (or, its key moved across ranges, twice
+  or never). The guarantee offered there is the query's own bound: a query bounded by the
+  data interval (``updated_at < '{{ data_interval_end }}'``) leaves later writes outside every
+  range. Other databases (SQLAlchemy) read each range in its own transaction, in-process too.
 
 The rows read from the source must equal the rows COPY loaded, or the COPY stream fails; a
 source that fails midway (a query error on a later row, a lost connection) fails the COPY
@@ -37,9 +45,11 @@ operator in each task: :func:`hold_connection`).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import logging
+import threading
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -145,8 +155,20 @@ def _libpq_url(url: str) -> str:
 
 
 @contextlib.contextmanager
-def _postgres(name: str) -> Iterator[Any]:
-    """A read-only psycopg 3 session on a PostgreSQL source, in UTF-8."""
+def _postgres(name: str, snapshot: str | None = None) -> Iterator[Any]:
+    """A read-only psycopg 3 session on a PostgreSQL source, in UTF-8; its transaction in
+    ``snapshot`` (exported by the session :func:`_export` holds) when one is given."""
+    conn = _open_postgres(name)
+    try:
+        if snapshot is not None:
+            driver.execute(conn, source_sql.repeatable_read())
+            driver.execute(conn, source_sql.set_snapshot(snapshot))
+        yield conn
+    finally:
+        driver.close_cancelling(conn)
+
+
+def _open_postgres(name: str) -> Any:
     url = _url(name)
     try:
         conn = driver.connect(_libpq_url(url), "psycopg", application_name="airflow-pg-bulk source")
@@ -155,9 +177,73 @@ def _postgres(name: str) -> Iterator[Any]:
     try:
         conn.read_only = True
         driver.execute(conn, sql.set_config("client_encoding", "UTF8"))
-        yield conn
-    finally:
+        conn.commit()  # a snapshot is set only as a transaction's first statement
+    except BaseException:
         driver.close_cancelling(conn)
+        raise
+    return conn
+
+
+@dataclass
+class _Held:
+    """A source session holding an exported snapshot, until its ranges are all read."""
+
+    conn: Any
+    ranges: int = 0
+
+
+# snapshot id -> the session that exported it, in this process only
+_SNAPSHOTS: dict[str, _Held] = {}
+_SNAPSHOTS_LOCK = threading.Lock()
+
+
+def _export(source: DatabaseSource) -> tuple[str, Any, Any]:
+    """Open a session on a PostgreSQL source, export its snapshot and hold it in this process;
+    the split key's min and max read in that snapshot. Returns ``(snapshot, min, max)``."""
+    assert source.split_by is not None
+    conn = _open_postgres(source.name)
+    try:
+        driver.execute(conn, source_sql.repeatable_read())
+        snapshot = driver.execute(conn, source_sql.export_snapshot())[0][0]
+        select = source_sql.source_select(source.query, source.table)
+        low, high = driver.execute(conn, source_sql.key_bounds(select, source.split_by))[0]
+    except BaseException:
+        driver.close_cancelling(conn)
+        raise
+    with _SNAPSHOTS_LOCK:
+        _SNAPSHOTS[snapshot] = _Held(conn)
+    return snapshot, low, high
+
+
+def _held(snapshot: str | None) -> str | None:
+    """``snapshot`` if this process holds it (in-process ranges); else None: an Airflow COPY
+    task in another process reads in a snapshot of its own (see the module's docstring)."""
+    with _SNAPSHOTS_LOCK:
+        return snapshot if snapshot in _SNAPSHOTS else None
+
+
+def _range_done(snapshot: str | None) -> None:
+    """One range of ``snapshot`` read (or failed): after the last, the holding session ends."""
+    with _SNAPSHOTS_LOCK:
+        held = _SNAPSHOTS.get(snapshot) if snapshot else None
+        if held is None:
+            return
+        held.ranges -= 1
+        if held.ranges > 0:
+            return
+        del _SNAPSHOTS[snapshot]  # type: ignore[arg-type]
+    driver.close_cancelling(held.conn)
+
+
+@atexit.register
+def release_snapshots() -> None:
+    """End every session still holding a snapshot (a load that stopped before its ranges
+    were all read)."""
+    with _SNAPSHOTS_LOCK:
+        held = list(_SNAPSHOTS.values())
+        _SNAPSHOTS.clear()
+    for each in held:
+        driver.close_cancelling(each.conn)
 
 
 @contextlib.contextmanager
@@ -251,7 +337,15 @@ class DatabaseFormat:
                 f"{self.source.name} (its columns: {list(names)}); nothing was changed"
             )
         source = dataclasses.replace(self.source, columns=names)
-        return Matched(tuple(matched), database=source)
+        bounds = None
+        if source.split_by and source.postgres:
+            snapshot, *bounds = _export(source)
+            source = dataclasses.replace(source, snapshot=snapshot)
+        elif source.split_by:
+            bounds = list(key_bounds(source))
+        return Matched(
+            tuple(matched), database=source, key_bounds=tuple(bounds) if bounds else None
+        )
 
     def columns(
         self, request: LoadRequest, target: TargetDefinition, matched: Matched
@@ -266,8 +360,11 @@ class DatabaseFormat:
         column, one per range of it (:func:`airflow_pg_bulk.plan.planning.key_ranges` of its
         min and max), each read in a statement of its own."""
         ranges: list[tuple[Any, Any]] = [(None, None)]
-        if self.source.split_by:
-            ranges = planning.key_ranges(*key_bounds(self.source), partitions)
+        if matched.key_bounds is not None:
+            ranges = planning.key_ranges(*matched.key_bounds, partitions)
+        source = matched.database
+        if source is not None and source.snapshot in _SNAPSHOTS:
+            _SNAPSHOTS[source.snapshot].ranges = len(ranges)  # type: ignore[index]
         return [
             Partition(i, (Piece(self.source.name, key_range=bounds),), 0)
             for i, bounds in enumerate(ranges)
@@ -314,19 +411,13 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
 
 
 def key_bounds(source: DatabaseSource) -> tuple[Any, Any]:
-    """The split key's min and max over the source's rows."""
+    """The split key's min and max over the rows of a source read through SQLAlchemy (a
+    PostgreSQL source's are read in its exported snapshot: :func:`_export`)."""
     assert source.split_by is not None
     try:
-        if source.postgres:
-            with _postgres(source.name) as conn:
-                select = source_sql.source_select(source.query, source.table)
-                row = driver.execute(conn, source_sql.key_bounds(select, source.split_by))[0]
-        else:
-            with _alchemy(source.name) as conn:
-                statement = source_sql.alchemy_key_bounds(
-                    source.query, source.table, source.split_by
-                )
-                row = tuple(conn.execute(statement).one())
+        with _alchemy(source.name) as conn:
+            statement = source_sql.alchemy_key_bounds(source.query, source.table, source.split_by)
+            row = tuple(conn.execute(statement).one())
     except PgBulkError:
         raise
     except Exception as exc:
@@ -376,12 +467,17 @@ def copy_piece(
     t = plan.target
     statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
     if source.postgres:
-        with _postgres(source.name) as src:
-            select = source_sql.key_range(
-                source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
-            )
-            reader: CopyOut | TextRows = CopyOut(src, source_sql.copy_out(select))
-            loaded = _copy_in(conn, plan, statement, reader, bounds)
+        try:
+            with _postgres(source.name, _held(source.snapshot)) as src:
+                select = source_sql.key_range(
+                    source_sql.source_select(source.query, source.table),
+                    source.split_by or "",
+                    *bounds,
+                )
+                reader: CopyOut | TextRows = CopyOut(src, source_sql.copy_out(select))
+                loaded = _copy_in(conn, plan, statement, reader, bounds)
+        finally:
+            _range_done(source.snapshot)
     else:
         with _alchemy(source.name) as src:
             result = src.execution_options(stream_results=True, yield_per=YIELD_PER).execute(

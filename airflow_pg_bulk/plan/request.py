@@ -155,6 +155,9 @@ class DatabaseSource(PlainData):
     :param table: ``schema.table`` or ``table`` whose rows are all loaded, in place of a query.
     :param columns: the source's column names, in its order (matched to the target's by name).
     :param split_by: the column whose ranges are the COPY streams (None: one COPY stream).
+    :param snapshot: a PostgreSQL source split by a column: the snapshot prepare exported
+        and holds (``pg_export_snapshot``), which every range read in the same process
+        imports, so all of them read the source as of one instant.
     """
 
     name: str
@@ -163,6 +166,7 @@ class DatabaseSource(PlainData):
     table: str | None = None
     columns: tuple[str, ...] = ()
     split_by: str | None = None
+    snapshot: str | None = None
 
 
 DEFAULT_PARTITION_BYTES = load_options.DEFAULT_PARTITION_BYTES

@@ -43,12 +43,14 @@ class Matched:
     :param header_lengths: each file's header length in bytes (delimited files with a header).
     :param layout: each file's footer (Parquet).
     :param database: a database source with its columns (its format is
-        :class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`)."""
+        :class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`).
+    :param key_bounds: a database source split by a column: its min and max."""
 
     names: tuple[str, ...] = ()
     header_lengths: dict[str, int] = field(default_factory=dict)
     layout: tuple[parquet.ParquetSource, ...] = ()
     database: DatabaseSource | None = None
+    key_bounds: tuple[object, object] | None = None
 
 
 class Format(Protocol):

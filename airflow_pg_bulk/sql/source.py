@@ -113,3 +113,19 @@ def alchemy_key_range(
         .select_from(_alchemy_source(query, table))
         .where(where)
     )
+
+
+def repeatable_read() -> Composed:
+    """The transaction's isolation: one snapshot for all its statements (a source session that
+    exports or imports a snapshot)."""
+    return SQL("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+
+def export_snapshot() -> Composed:
+    """Export the transaction's snapshot, for the COPY sessions of a split source to share."""
+    return SQL("SELECT pg_export_snapshot()")
+
+
+def set_snapshot(snapshot: str) -> Composed:
+    """Read in the snapshot another session exported (first statement of a transaction)."""
+    return SQL("SET TRANSACTION SNAPSHOT {}").format(Literal(snapshot))
