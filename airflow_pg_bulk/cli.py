@@ -59,10 +59,11 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
     )
     p.add_argument(
         "--source",
-        required=True,
         action="append",
+        default=[],
         help="file or glob, repeatable; .gz files are decompressed; - reads standard input "
-        "and a named pipe works too (one COPY stream, read once) (required)",
+        "and a named pipe works too (one COPY stream, read once) (required, unless a database "
+        "is the source: --source-url with --query or --source-table)",
     )
     options.add_cli_flags(p)
     p.add_argument(

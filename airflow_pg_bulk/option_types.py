@@ -15,6 +15,10 @@ class LoadOptions(TypedDict, total=False):
 
     mode: str | None
     source_conn_id: str | None
+    source_url: str | None
+    query: str | None
+    source_table: str | None
+    split_by: str | None
     format: str
     header: bool
     delimiter: str | None

@@ -120,10 +120,41 @@ OPTIONS: tuple[LoadOption, ...] = (
         "source_conn_id", str, None,
         "Airflow connection that object-storage URLs in `source` (`s3://bucket/prefix/*.csv.gz`) "
         "are read with: an `aws` connection for `s3://`, its extra `endpoint_url` for an "
-        "S3-compatible store; every COPY task reads its own objects with it",
+        "S3-compatible store; every COPY task reads its own objects with it. With `query` or "
+        "`source_table`: the source database's connection (any whose hook is a DB-API hook; "
+        "each task resolves it, only its id travels through XCom)",
         "none: the standard environment (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, "
         "`AWS_ENDPOINT_URL`, …)",
         "request",
+    ),
+    LoadOption(
+        "source_url", str, None,
+        "a database as the source, in place of files: a SQLAlchemy or libpq URL "
+        "(`postgresql://user@host/db` streams `COPY (query) TO STDOUT` into the load, bytes "
+        "not rows; `sqlite:///path.db` and other SQLAlchemy URLs stream rows from a "
+        "server-side cursor); with `query` or `source_table`. Its password is never logged "
+        "nor put in the plan. Not templated: under Airflow give `source_conn_id` instead",
+        "none: the source is files", "request", templated=False,
+    ),
+    LoadOption(
+        "query", str, None,
+        "with a database source: the SELECT whose rows are loaded; its column names are "
+        "matched to the target's by name (`SELECT a AS b` renames); templated, so "
+        "`WHERE updated_at >= '{{ data_interval_start }}'` loads one data interval",
+        "none", "request",
+    ),
+    LoadOption(
+        "source_table", str, None,
+        "with a database source: a table (`schema.table` or `table`) whose rows are all "
+        "loaded, in place of `query`",
+        "none", "request",
+    ),
+    LoadOption(
+        "split_by", str, None,
+        "with a database source: a column (integer, date or timestamp) whose range, from its "
+        "min to its max, is cut into `partitions` equal ranges, one COPY stream each (rows "
+        "with a NULL key go to the first); each range is its own statement on the source",
+        "none: one COPY stream", "request",
     ),
     LoadOption(
         "format", str, "csv",

@@ -260,7 +260,7 @@ def stop_loads() -> list[StopReport]:
 def load(
     conn: str | ConnectionFactory,
     table: str,
-    source: str | Sequence[str],
+    source: str | Sequence[str] = (),
     *,
     jobs: int | None = None,
     driver: str = "psycopg",
@@ -273,7 +273,8 @@ def load(
     :param conn: a libpq DSN/URI, or a function returning new DB-API connections.
     :param table: the target, ``schema.table``; it must exist.
     :param source: a path, a glob, an object-storage URL or glob (``s3://bucket/p/*.csv``),
-        or a list of them.
+        or a list of them; none with a database source (``source_url`` and ``query`` or
+        ``source_table``).
     :load options:
     :param jobs: COPY connections at once; default ``min(partitions, 4)``.
     :param driver: ``psycopg`` (3) or ``psycopg2`` when ``conn`` is a DSN.

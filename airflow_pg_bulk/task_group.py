@@ -24,7 +24,7 @@ def pg_bulk_load(
     *,
     group_id: str | None = None,
     table: str,
-    source: str | Sequence[str],
+    source: str | Sequence[str] = (),
     postgres_conn_id: str = "postgres_default",
     pool: str | None = None,
     max_parallel_copies: int | None = None,
@@ -53,7 +53,9 @@ def pg_bulk_load(
         the target drops them, see ``abandoned_after``).
     :param table: the target table, ``schema.table``. (templated)
     :param source: files or globs every worker can read, or object-storage URLs and globs
-        (``s3://bucket/prefix/*.csv.gz``, read with ``source_conn_id``). (templated)
+        (``s3://bucket/prefix/*.csv.gz``, read with ``source_conn_id``); none when a
+        database is the source (``source_conn_id`` with ``query`` or ``source_table``).
+        (templated)
     :load options:
     :param postgres_conn_id: Airflow connection id of the target database. (templated)
     :param pool: an Airflow pool for every task of the group, to bound the sessions that hit

@@ -42,6 +42,8 @@ def kind(language: str, code: str) -> str:
     if language == "python":
         if 'format="parquet"' in code:
             return "parquet"
+        if "source_url=" in code:
+            return "database"
         if "replace_partitions" in code and "@dag" not in code:
             return "partitioned"
         hand_wired = "Operator(" in code or "Operator.partial(" in code
@@ -86,6 +88,7 @@ def test_every_block_is_known():
         "s3",
         "parquet",
         "partitioned",
+        "database",
     }
 
 
@@ -253,6 +256,16 @@ def test_parquet_block_runs(warehouse, capsys):
         pyarrow.parquet.write_table(table, target, row_group_size=500)
     exec(compile(localize(code, warehouse), "README.md", "exec"), {})
     assert "3,000 rows from Parquet" in capsys.readouterr().out
+    assert loaded(warehouse)
+
+
+def test_database_block_runs(warehouse, capsys):
+    """The database block, its source the same server: the reference table's rows."""
+    (code,) = [c for c in blocks("python") if kind("python", c) == "database"]
+    code = localize(code, warehouse).replace("postgresql://reader@oltp/meters", warehouse.dsn)
+    code = code.replace("app.readings", warehouse.table("reference"))
+    exec(compile(code, "README.md", "exec"), {})
+    assert "3,000 rows from the database" in capsys.readouterr().out
     assert loaded(warehouse)
 
 

@@ -2,8 +2,9 @@
 
 The partition's ledger row is claimed first and committed with its rows
 (:mod:`airflow_pg_bulk.loading.ledger`). Each piece goes one of three ways, chosen per partition
-by :class:`PartitionCopy` from the source format (:func:`airflow_pg_bulk.source.formats.for_copy`):
-a Parquet piece through :func:`airflow_pg_bulk.loading.parquet_copy.copy_piece`;
+by :class:`PartitionCopy` from the source (:func:`airflow_pg_bulk.loading.sources.for_plan`):
+a Parquet piece through :func:`airflow_pg_bulk.loading.parquet_copy.copy_piece`, a database
+source through :func:`airflow_pg_bulk.loading.db_source.copy_piece`;
 with ``on_error="reject"``, through :func:`airflow_pg_bulk.loading.rejects.copy_rejecting`;
 otherwise one row-accounted COPY (:mod:`airflow_pg_bulk.loading.accounting`). A speculative piece
 found misaligned commits its partition empty, for finalize to load again
@@ -26,10 +27,10 @@ from airflow_pg_bulk.db.driver import (
     server_version,
 )
 from airflow_pg_bulk.errors import BadDataError
-from airflow_pg_bulk.loading import accounting, alignment, ledger, parquet_copy, rejects
+from airflow_pg_bulk.loading import accounting, alignment, ledger, rejects, sources
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece
 from airflow_pg_bulk.plan.figures import PartitionResult
-from airflow_pg_bulk.source import formats, records
+from airflow_pg_bulk.source import records
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +79,11 @@ class PartitionCopy:
         self._statement: sql.Composable | None = None
         self._rule: records.MarkerRule | None = None
         self._rejects: rejects.PartitionRejects | None = None
-        source_format = formats.for_copy(plan.copy)
+        source_format = sources.for_plan(plan)
         self._sends_bytes = source_format.sends_bytes
-        if self._sends_bytes:  # else parquet_copy.copy_piece makes its own
+        if not self._sends_bytes:  # it makes its own statement
+            self._encode = sources.encoder(plan)
+        else:
             t = plan.target
             self._statement = sql.copy_from_stdin(
                 t.schema, plan.staging_table, plan.columns, source_format.copy_options
@@ -94,7 +97,7 @@ class PartitionCopy:
         if self.plan.upsert:  # read by staging's source order column (see target/upsert.py)
             execute(self.conn, sql.set_config(sql.PIECE_SETTING, str(piece.ordinal), local=True))
         if not self._sends_bytes:
-            self._parquet(piece)
+            self._encoded(piece)
         elif self._rejects is not None:
             self._rejecting(piece, self._rejects)
         else:
@@ -105,8 +108,8 @@ class PartitionCopy:
         if self._rejects is not None:
             self._rejects.close()
 
-    def _parquet(self, piece: Piece) -> None:
-        loaded, sent = parquet_copy.copy_piece(
+    def _encoded(self, piece: Piece) -> None:
+        loaded, sent = self._encode(
             self.conn, self.plan, piece, self.progress, self.nbytes, self.part.bytes
         )
         self.rows, self.nbytes = self.rows + loaded, self.nbytes + sent

@@ -9,9 +9,8 @@ import logging
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.loading import cleanup, ledger
+from airflow_pg_bulk.loading import cleanup, ledger, sources
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
-from airflow_pg_bulk.source import formats, listing
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
 log = logging.getLogger(__name__)
@@ -56,9 +55,9 @@ def prepare(
         if not request.mode.replaces_rows:
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
-        source_format = formats.for_copy(request.copy)
+        source_format = sources.for_request(request)
         source_format.refuse_unsupported(request)
-        files = listing.list_sources(request.source, request.source_conn_id)
+        files = source_format.list_files(request)
         matched = source_format.match(files, planning.loadable_columns(target))
         columns = source_format.columns(request, target, matched)
         key = None
@@ -82,6 +81,7 @@ def prepare(
             file_order=[f.path for f in files],
             strategy=strategy,
             run=run,
+            database=matched.database,
         )
         if plan.mode.ordered_over_whole_target:  # the whole target: refused before any work
             history.refuse_overwriting_newer(conn, plan)

@@ -196,7 +196,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
     template_fields_renderers = {"source": "json", "columns": "json", "key": "json"}
 
     @options.with_load_options
-    def __init__(self, *, table: str, source: str | Sequence[str], **kwargs: Any) -> None:
+    def __init__(self, *, table: str, source: str | Sequence[str] = (), **kwargs: Any) -> None:
         given = options.take(kwargs)  # one attribute per load option; the rest: BaseOperator's
         super().__init__(**kwargs)
         if given["mode"] is None:  # no destructive default: refused at parse time, as it can
@@ -219,6 +219,12 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         given = {name: options.checked(name, value) for name, value in self.load_options.items()}
         columns = given.pop("columns")
         given["source_conn_id"] = given["source_conn_id"] or None
+        if given["source_url"]:
+            raise ValueError(
+                "source_url is for the command line and load(): under Airflow name the source "
+                "database by its connection, source_conn_id, so that no password travels "
+                "through XCom"
+            )
         return request_from_options(
             _checked_table(self.table), _checked_source(self.source), columns, **given
         )
@@ -232,6 +238,8 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         except (TypeError, ValueError) as exc:  # bad (rendered) options: a retry cannot help
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         load_id = load_id_from_context(context, self.task_id, context["ti"].map_index)
+        if request.from_database:
+            hold_source_database(request.source_conn_id)
         try:
             with _terminal_errors_fail():
                 plan = self.hook.prepare(
@@ -258,6 +266,25 @@ class PgBulkPrepareOperator(_PgBulkOperator):
             plan.source_bytes / 1e6,
         )
         return [p.index for p in plan.partitions]
+
+
+def hold_source_database(conn_id: str | None) -> None:
+    """Resolve a database source's Airflow connection in this task and hold its URL in this
+    process for the load (:func:`airflow_pg_bulk.loading.db_source.hold_connection`): only the
+    connection id travels through XCom. Its hook's SQLAlchemy URL where it has one (a
+    ``postgres`` connection's), else its ``get_uri()`` (``sqlite``, ...)."""
+    from airflow.sdk import BaseHook
+
+    from airflow_pg_bulk.loading import db_source
+
+    if not conn_id:
+        return
+    hook = BaseHook.get_connection(conn_id).get_hook()
+    try:
+        url = hook.sqlalchemy_url.render_as_string(hide_password=False)
+    except (AttributeError, NotImplementedError):
+        url = hook.get_uri()
+    db_source.hold_connection(conn_id, url)
 
 
 def _checked_table(value: Any) -> str:
@@ -355,6 +382,8 @@ class PgBulkCopyOperator(_PgBulkOperator):
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
+        if plan.database is not None:
+            hold_source_database(plan.database.name)
         name = session_name(context, plan.load_id)
         with self.hook.session(name):  # its pieces and its COPYs: one session, never two
             mine = self.partitions(plan, name)

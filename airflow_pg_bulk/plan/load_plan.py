@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from airflow_pg_bulk.plan.codes import Mode
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.plain import PlainData
-from airflow_pg_bulk.plan.request import CopyOptions, ErrorPolicy, Settings
+from airflow_pg_bulk.plan.request import CopyOptions, DatabaseSource, ErrorPolicy, Settings
 
 LOAD_HISTORY_TABLE = "pgbulk_loads"  # in the target's schema: one row per finalized load
 
@@ -40,6 +40,9 @@ class Piece(PlainData):
         (csv: see :mod:`~airflow_pg_bulk.source.window`); its COPY task checks that its last record
         ends at ``end``, and finalize repairs the file's pieces from the first that did not.
         ``first_line`` is then 0 (not counted; counted when an error needs it) past piece 0.
+    :param key_range: a database source split by a column: ``(low, high)``, the rows with
+        ``low <= key < high``; a None low also takes the NULL keys and every key below high,
+        a None high every key from low (see :func:`airflow_pg_bulk.plan.planning.key_ranges`).
     """
 
     path: str
@@ -55,6 +58,7 @@ class Piece(PlainData):
     etag: str | None = None
     row_groups: tuple[int, ...] = ()
     speculative: bool = False
+    key_range: tuple[int | str | None, ...] = ()
 
     @property
     def size(self) -> int | None:
@@ -151,6 +155,8 @@ class LoadPlan(PlainData):
     digest: str = ""
     # the DAG run and data interval under Airflow (the ordering rule); None in-process
     run: RunOrder | None = None
+    # a query or table on another database as the source (None: files)
+    database: DatabaseSource | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))  # a plain str from to_dict / XCom

@@ -8,10 +8,12 @@ it can be tested without a server or a file.
 from __future__ import annotations
 
 import dataclasses
+import datetime
 import difflib
 import hashlib
+import itertools
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from airflow_pg_bulk import naming
@@ -20,7 +22,7 @@ from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.plan.codes import Identity, Mode, Persistence
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.load_plan import LoadPlan, Partition, RunOrder, UpsertSpec
-from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE, LoadRequest
+from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE, DatabaseSource, LoadRequest
 
 
 def loadable_columns(target: TargetDefinition) -> list[str]:
@@ -244,6 +246,75 @@ def upsert_spec(
     )
 
 
+KeyValue = int | str | None
+
+
+def key_ranges(low: object, high: object, count: int) -> list[tuple[KeyValue, KeyValue]]:
+    """The ranges a database source split by a column is read in: ``count`` ranges of about
+    equal width from ``low`` to ``high`` (the column's min and max: integers, dates or
+    timestamps, or their ISO texts), as ``(low, high)`` pairs of JSON values. The first range
+    has no low (it also takes the NULL keys), the last no high, so every row falls in exactly
+    one, whatever changed since min and max were read. Fewer ranges where there are fewer
+    distinct integer values or days."""
+    if low is None or high is None:  # no rows, or only NULL keys: one range takes them all
+        return [(None, None)]
+    to_number, from_number = _key_scale(low)
+    first, last = to_number(low), to_number(high)
+    span = last - first + 1
+    count = max(1, min(count, span))
+    cuts = [from_number(first + span * i // count) for i in range(1, count)]
+    bounds: list[KeyValue] = [None, *cuts, None]
+    return list(itertools.pairwise(bounds))
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+_MICROSECOND = datetime.timedelta(microseconds=1)
+
+
+def _key_scale(value: object) -> tuple[Callable[[object], int], Callable[[int], KeyValue]]:
+    """How a split key's values map to integers and back: an integer as itself, a date as its
+    day number, a timestamp (with or without a time zone) as microseconds."""
+    if isinstance(value, str):
+        try:
+            parsed = datetime.datetime.fromisoformat(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and len(value) == 10:  # a date
+            return _days(lambda v: datetime.date.fromisoformat(str(v)))
+        if parsed is not None:
+            return _micros(lambda v: datetime.datetime.fromisoformat(str(v)), parsed.tzinfo)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        return (lambda v: int(v)), (lambda n: n)  # type: ignore[call-overload]
+    elif isinstance(value, datetime.datetime):
+        return _micros(lambda v: v, value.tzinfo)  # type: ignore[arg-type,return-value]
+    elif isinstance(value, datetime.date):
+        return _days(lambda v: v)  # type: ignore[arg-type,return-value]
+    raise LoadRefusedError(
+        f"split_by: the column's values ({value!r}) are not integers, dates or timestamps; "
+        "nothing was changed. Split by another column, or leave split_by out"
+    )
+
+
+def _days(
+    read: Callable[[object], datetime.date],
+) -> tuple[Callable[[object], int], Callable[[int], KeyValue]]:
+    return (lambda v: read(v).toordinal()), (lambda n: datetime.date.fromordinal(n).isoformat())
+
+
+def _micros(
+    read: Callable[[object], datetime.datetime], tz: datetime.tzinfo | None
+) -> tuple[Callable[[object], int], Callable[[int], KeyValue]]:
+    epoch = _EPOCH.replace(tzinfo=tz) if tz else _EPOCH
+
+    def to_number(v: object) -> int:
+        return (read(v) - epoch) // _MICROSECOND
+
+    def from_number(n: int) -> KeyValue:
+        return (epoch + n * _MICROSECOND).isoformat()
+
+    return to_number, from_number
+
+
 def number_pieces(partitions: Sequence[Partition], file_order: Sequence[str]) -> list[Partition]:
     """The partitions with every piece's :attr:`~airflow_pg_bulk.plan.Piece.ordinal` set: its
     place in source order (files in ``file_order``, then byte order within a file), whatever
@@ -280,11 +351,13 @@ def build_plan(
     file_order: Sequence[str] = (),
     strategy: str = "in_place",
     run: RunOrder | None = None,
+    database: DatabaseSource | None = None,
 ) -> LoadPlan:
     """The load's plan from what prepare read: the request, the target's captured definition,
     the columns (:func:`plan_columns`) and the source cut into partitions; for an upsert its
     key (:func:`upsert_spec`), and the pieces numbered in source order (``file_order``);
-    ``strategy``: an append's or upsert's, as :func:`choose_strategy` resolved it."""
+    ``strategy``: an append's or upsert's, as :func:`choose_strategy` resolved it;
+    ``database``: a database source (None: files)."""
     if request.mode.keyed:
         if upsert is None:
             raise ValueError("an upsert's plan needs its key (planning.upsert_spec)")
@@ -307,6 +380,7 @@ def build_plan(
         upsert=upsert,
         strategy="in_place" if request.mode.swaps_table else strategy,
         run=run,
+        database=database,
     )
     return dataclasses.replace(plan, digest=plan_digest(plan))
 

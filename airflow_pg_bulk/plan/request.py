@@ -141,6 +141,34 @@ class ErrorPolicy(PlainData):
         return self.on_error == "reject"
 
 
+@dataclass(frozen=True)
+class DatabaseSource(PlainData):
+    """A database source as the plan carries it (through XCom): what to read, and where the
+    COPY task finds the connection, never a secret.
+
+    :param name: an Airflow connection id, or the source URL with its password masked (the
+        URL itself stays in the process it was given to: see
+        :mod:`airflow_pg_bulk.loading.db_source`).
+    :param postgres: the source is PostgreSQL: ``COPY (query) TO STDOUT`` streams its bytes;
+        otherwise rows are read through SQLAlchemy and encoded as COPY text.
+    :param query: the SELECT whose rows are loaded (as the user wrote it, templates rendered).
+    :param table: ``schema.table`` or ``table`` whose rows are all loaded, in place of a query.
+    :param columns: the source's column names, in its order (matched to the target's by name).
+    :param split_by: the column whose ranges are the COPY streams (None: one COPY stream).
+    :param snapshot: a PostgreSQL source split by a column: the snapshot prepare exported
+        and holds (``pg_export_snapshot``), which every range read in the same process
+        imports, so all of them read the source as of one instant.
+    """
+
+    name: str
+    postgres: bool
+    query: str | None = None
+    table: str | None = None
+    columns: tuple[str, ...] = ()
+    split_by: str | None = None
+    snapshot: str | None = None
+
+
 DEFAULT_PARTITION_BYTES = load_options.DEFAULT_PARTITION_BYTES
 MAX_DEFAULT_PARTITIONS = 16
 
@@ -172,7 +200,15 @@ class LoadRequest(PlainData):
     :param settings: tuning and safety settings (:class:`Settings`).
     :param errors: what bad rows do (:class:`ErrorPolicy`).
     :param source_conn_id: the Airflow connection object-storage URLs are read with; None:
-        the filesystem's standard environment (``AWS_ACCESS_KEY_ID``, ...).
+        the filesystem's standard environment (``AWS_ACCESS_KEY_ID``, ...). With ``query`` or
+        ``source_table``: the Airflow connection of the source database.
+    :param source_url: a database as the source (a SQLAlchemy or libpq URL), in place of
+        files: for the command line and :func:`airflow_pg_bulk.runner.load`; it may carry a
+        password, so it stays in this process (the plan carries it masked).
+    :param query: with a database source, the SELECT whose rows are loaded.
+    :param source_table: with a database source, the table whose rows are all loaded.
+    :param split_by: with a database source and ``partitions``: the column whose range is cut
+        into one COPY stream per ``partitions``.
     """
 
     table: str
@@ -189,6 +225,10 @@ class LoadRequest(PlainData):
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
     source_conn_id: str | None = default("source_conn_id")
+    source_url: str | None = default("source_url")
+    query: str | None = default("query")
+    source_table: str | None = default("source_table")
+    split_by: str | None = default("split_by")
 
     def __post_init__(self) -> None:
         if not self.mode:
@@ -200,8 +240,7 @@ class LoadRequest(PlainData):
             raise ValueError("partitions must be at least 1")
         if self.partition_size < 1:
             raise ValueError("partition_size must be positive")
-        if not self.source:
-            raise ValueError("source must name at least one file or glob")
+        self._check_source()
         if self.columns is not None and self.copy.header:
             raise ValueError("give either header=True (columns matched by name) or columns")
         if self.on_duplicate_key not in load_options.ON_DUPLICATE_KEY:
@@ -219,6 +258,42 @@ class LoadRequest(PlainData):
             raise ValueError("strategy applies to mode='append' and mode='upsert' only")
         if self.key is not None and not self.key:
             raise ValueError("key must name at least one column (or be left out: the primary key)")
+
+    @property
+    def from_database(self) -> bool:
+        """The source is a query or a table on another database, not files."""
+        return bool(self.query or self.source_table or self.source_url)
+
+    def _check_source(self) -> None:
+        """Files, or one database query or table, never both; what a database source does
+        not take is refused here, before anything connects."""
+        if not self.from_database:
+            if not self.source:
+                raise ValueError("source must name at least one file or glob")
+            if self.split_by:
+                raise ValueError("split_by applies to a database source (query or source_table)")
+            return
+        if self.split_by and self.partitions is None:
+            raise ValueError("split_by needs partitions: the number of ranges of its column")
+        if self.source:
+            raise ValueError(
+                "give either source (files) or a database source (query or source_table), not both"
+            )
+        if bool(self.query) == bool(self.source_table):
+            raise ValueError("a database source needs query or source_table (one of them)")
+        if bool(self.source_url) == bool(self.source_conn_id):
+            raise ValueError(
+                "a database source needs its connection: source_url (a SQLAlchemy or libpq "
+                "URL) or, under Airflow, source_conn_id (one of them)"
+            )
+        if self.copy != CopyOptions() or self.columns is not None:
+            raise ValueError(
+                "format, header, delimiter, null, quote, escape, encoding and columns apply to "
+                "files: a database source's columns are matched to the table's by name "
+                "(rename them in the query: SELECT a AS b)"
+            )
+        if self.errors.rejecting:
+            raise ValueError("on_error='reject' applies to files, not to a database source")
 
     def partition_count(self, total_bytes: int) -> int:
         """The number of partitions for ``total_bytes`` of input."""
@@ -246,7 +321,10 @@ LOAD_OPTIONS: frozenset[str] = frozenset(n for n in load_options.NAMES if n != "
 
 
 def request_from_options(
-    table: str, source: str | Sequence[str], columns: Sequence[str] | None = None, **options: Any
+    table: str,
+    source: str | Sequence[str] | None,
+    columns: Sequence[str] | None = None,
+    **options: Any,
 ) -> LoadRequest:
     """A :class:`LoadRequest` from flat keyword options (``format=``, ``header=``, ``mode=``,
     ``lock_timeout=``, ``on_error=``, ...): the names of the fields of :class:`CopyOptions`,
@@ -271,7 +349,7 @@ def request_from_options(
         nested[name] = dataclasses.replace(base, **fields) if base else cls(**fields)
     return LoadRequest(
         table=table,
-        source=(source,) if isinstance(source, str) else tuple(source),
+        source=(source,) if isinstance(source, str) else tuple(source or ()),
         columns=column_list(columns) if columns is not None else None,
         **{k: given[k] for k in _REQUEST_OPTIONS if k in given},
         **nested,

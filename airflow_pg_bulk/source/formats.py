@@ -9,7 +9,10 @@ by :func:`for_copy` from the COPY options, as one object with one interface.
   groups (:mod:`.parquet`); the COPY task encodes the rows as COPY CSV itself
   (:mod:`airflow_pg_bulk.loading.parquet_copy`).
 
-A new source format is one new class here and one new case in :func:`for_copy`.
+A new source format is one new class here and one new case in :func:`for_copy`. A database
+source is the same protocol one layer up (it runs queries): its class is
+:class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`, chosen by
+:mod:`airflow_pg_bulk.loading.sources`.
 """
 
 from __future__ import annotations
@@ -18,9 +21,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from airflow_pg_bulk.plan import CopyOptions, LoadRequest, Partition, TargetDefinition, planning
+from airflow_pg_bulk.plan import (
+    CopyOptions,
+    DatabaseSource,
+    LoadRequest,
+    Partition,
+    TargetDefinition,
+    planning,
+)
 from airflow_pg_bulk.source import cutting, header, parquet, records
-from airflow_pg_bulk.source.listing import SourceFile
+from airflow_pg_bulk.source.listing import SourceFile, list_sources
 from airflow_pg_bulk.source.syntax import RecordSyntax
 
 
@@ -31,11 +41,16 @@ class Matched:
     :param names: the table columns the files' own names matched, in file order (a header's,
         a Parquet file's); empty when the files name none (no header).
     :param header_lengths: each file's header length in bytes (delimited files with a header).
-    :param layout: each file's footer (Parquet)."""
+    :param layout: each file's footer (Parquet).
+    :param database: a database source with its columns (its format is
+        :class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`).
+    :param key_bounds: a database source split by a column: its min and max."""
 
     names: tuple[str, ...] = ()
     header_lengths: dict[str, int] = field(default_factory=dict)
     layout: tuple[parquet.ParquetSource, ...] = ()
+    database: DatabaseSource | None = None
+    key_bounds: tuple[object, object] | None = None
 
 
 class Format(Protocol):
@@ -46,6 +61,10 @@ class Format(Protocol):
 
     def refuse_unsupported(self, request: LoadRequest) -> None:
         """Refuse options this format does not take, before any file is read."""
+        ...
+
+    def list_files(self, request: LoadRequest) -> list[SourceFile]:
+        """The source's files and objects, listed (none for a database source)."""
         ...
 
     def match(self, files: Sequence[SourceFile], loadable: Sequence[str]) -> Matched:
@@ -93,6 +112,10 @@ class Delimited:
     def refuse_unsupported(self, request: LoadRequest) -> None:
         """Nothing: every load option applies to delimited files."""
 
+    def list_files(self, request: LoadRequest) -> list[SourceFile]:
+        """The files and objects ``source`` names (:func:`.listing.list_sources`)."""
+        return list_sources(request.source, request.source_conn_id)
+
     def match(self, files: Sequence[SourceFile], loadable: Sequence[str]) -> Matched:
         """The header's names matched to the table's columns, and each file's header length;
         nothing without a header."""
@@ -139,6 +162,10 @@ class Parquet:
     def refuse_unsupported(self, request: LoadRequest) -> None:
         """``on_error='reject'`` and ``columns=`` (see :func:`.parquet.refuse_unsupported`)."""
         parquet.refuse_unsupported(request)
+
+    def list_files(self, request: LoadRequest) -> list[SourceFile]:
+        """The files and objects ``source`` names (:func:`.listing.list_sources`)."""
+        return list_sources(request.source, request.source_conn_id)
 
     def match(self, files: Sequence[SourceFile], loadable: Sequence[str]) -> Matched:
         """Every file's footer, and its column names matched to the table's."""

@@ -1,0 +1,552 @@
+"""A database as the source: a query or a table on another database, read by the COPY step
+straight into staging, behind the same :class:`~airflow_pg_bulk.source.formats.Format` the
+steps use for files (chosen once by :mod:`airflow_pg_bulk.loading.sources`).
+
+Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSource.postgres`):
+
+- **PostgreSQL** moves bytes, not rows: ``COPY (query) TO STDOUT`` on the source connection
+  (psycopg 3, :class:`airflow_pg_bulk.db.copy_out.CopyOut`) is streamed into ``COPY staging
+  (...) FROM STDIN`` on the target connection (either driver, through
+  :func:`airflow_pg_bulk.db.driver.copy_in`), both in PostgreSQL's text format: no value is
+  parsed in Python and memory stays flat (one chunk at a time).
+- **Any other database** (SQLite, and whatever SQLAlchemy dialect is installed) streams rows
+  from a server-side cursor (``stream_results`` with ``yield_per``), encoded as COPY text
+  (:mod:`airflow_pg_bulk.source.copy_text`) and sent through the same ``copy_in``. Encoding
+  here rather than with psycopg 3's ``Copy.write_row`` keeps one path for both target drivers
+  (psycopg2 has no row writer) and for the row accounting (rows counted as they are encoded).
+
+What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
+statement, so it sees one snapshot of the source. With ``split_by`` each range of the key
+(:func:`airflow_pg_bulk.plan.planning.key_ranges`) is a statement of its own, in a session of
+its own:
+
+- **In one process** (the CLI, :func:`airflow_pg_bulk.runner.load`, ``dag.test()``), a
+  PostgreSQL source's ranges all read one snapshot, as pgcopydb does: prepare opens a
+  REPEATABLE READ session on the source, exports its snapshot (``pg_export_snapshot``), reads
+  the key's min and max in it, and holds it in this process (:func:`_export`); each range's
+  session imports it (``SET TRANSACTION SNAPSHOT``); the holding session ends after the last
+  range is read (or when the process exits: :func:`release_snapshots`).
+- **As separate Airflow COPY tasks** (other processes, later), the prepare task's session has
+  ended, so each range reads the source as of its own start: a row written on the source in
+  between may be seen by one range and not another (or, its key moved across ranges, twice
+  or never). The guarantee offered there is the query's own bound: a query bounded by the
+  data interval (``updated_at < '{{ data_interval_end }}'``) leaves later writes outside every
+  range. Other databases (SQLAlchemy) read each range in its own transaction, in-process too.
+
+The rows read from the source must equal the rows COPY loaded, or the COPY stream fails; a
+source that fails midway (a query error on a later row, a lost connection) fails the COPY
+stream and its transaction is rolled back: staging keeps nothing of it and the target is
+untouched.
+
+The source URL may carry a password: it stays in this process (:func:`hold`); the plan (what
+travels through XCom) names it masked, or by its Airflow connection id (resolved by the
+operator in each task: :func:`hold_connection`).
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.db import driver, translate
+from airflow_pg_bulk.db.copy_out import CopyOut
+from airflow_pg_bulk.errors import (
+    LoadRefusedError,
+    PgBulkError,
+    TransientLoadError,
+    is_data_sqlstate,
+    parse_copy_context,
+)
+from airflow_pg_bulk.plan import (
+    CopyOptions,
+    DatabaseSource,
+    LoadPlan,
+    LoadRequest,
+    Partition,
+    Piece,
+    TargetDefinition,
+    planning,
+)
+from airflow_pg_bulk.source import header, records
+from airflow_pg_bulk.source.copy_text import TextRows
+from airflow_pg_bulk.source.formats import Matched
+from airflow_pg_bulk.source.listing import SourceFile
+from airflow_pg_bulk.sql import source as source_sql
+
+log = logging.getLogger(__name__)
+
+#: what the COPY into staging is given: PostgreSQL's text format, UTF-8
+TEXT = CopyOptions(format="text")
+#: rows fetched from a SQLAlchemy server-side cursor at a time
+YIELD_PER = 10_000
+
+# name (masked URL or Airflow connection id) -> the URL itself, in this process only
+_HELD: dict[str, str] = {}
+
+
+class SourceReadError(PgBulkError):
+    """The source database failed while a COPY stream read it (or gave other rows than COPY
+    loaded); nothing of the COPY stream was committed."""
+
+
+def hold(url: str) -> str:
+    """Keep ``url`` in this process for the COPY streams; return the name the plan carries
+    (the URL with its password masked)."""
+    name = masked(url)
+    _HELD[name] = url
+    return name
+
+
+def hold_connection(conn_id: str, url: str) -> None:
+    """Keep the URL an Airflow connection resolved to (in the operator's task), under its id."""
+    _HELD[conn_id] = url
+
+
+def masked(url: str) -> str:
+    """``url`` with its password masked, as it may be logged and put in the plan."""
+    import sqlalchemy.engine
+
+    try:
+        return sqlalchemy.engine.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        raise LoadRefusedError(
+            "source_url must be a URL such as postgresql://user@host/db or sqlite:///path.db "
+            f"(the URL given could not be read: {driver.redact(url, url)!r}); nothing was changed"
+        ) from None
+
+
+def _url(name: str) -> str:
+    url = _HELD.get(name)
+    if url is None:
+        raise LoadRefusedError(
+            f"the source database {name!r} is not known to this process: give source_url to "
+            "this process, or, under Airflow, source_conn_id (its URL is resolved in each task)"
+        )
+    return url
+
+
+def is_postgres(url: str) -> bool:
+    """The URL names a PostgreSQL database (``postgresql://``, ``postgres://``,
+    ``postgresql+psycopg://``, ...): read by COPY."""
+    import sqlalchemy.engine
+
+    return sqlalchemy.engine.make_url(url).get_backend_name() in ("postgresql", "postgres")
+
+
+def _libpq_url(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as libpq reads it (the ``+driver`` part dropped)."""
+    import sqlalchemy.engine
+
+    return (
+        sqlalchemy.engine.make_url(url)
+        .set(drivername="postgresql")
+        .render_as_string(hide_password=False)
+    )
+
+
+# --- connections ------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _postgres(name: str, snapshot: str | None = None) -> Iterator[Any]:
+    """A read-only psycopg 3 session on a PostgreSQL source, in UTF-8; its transaction in
+    ``snapshot`` (exported by the session :func:`_export` holds) when one is given."""
+    conn = _open_postgres(name)
+    try:
+        if snapshot is not None:
+            driver.execute(conn, source_sql.repeatable_read())
+            driver.execute(conn, source_sql.set_snapshot(snapshot))
+        yield conn
+    finally:
+        driver.close_cancelling(conn)
+
+
+def _open_postgres(name: str) -> Any:
+    url = _url(name)
+    try:
+        conn = driver.connect(_libpq_url(url), "psycopg", application_name="airflow-pg-bulk source")
+    except PgBulkError as exc:
+        raise type(exc)(f"source {name}: {exc}; nothing was changed") from None
+    try:
+        conn.read_only = True
+        driver.execute(conn, sql.set_config("client_encoding", "UTF8"))
+        conn.commit()  # a snapshot is set only as a transaction's first statement
+    except BaseException:
+        driver.close_cancelling(conn)
+        raise
+    return conn
+
+
+@dataclass
+class _Held:
+    """A source session holding an exported snapshot, until its ranges are all read."""
+
+    conn: Any
+    ranges: int = 0
+
+
+# snapshot id -> the session that exported it, in this process only
+_SNAPSHOTS: dict[str, _Held] = {}
+_SNAPSHOTS_LOCK = threading.Lock()
+
+
+def _export(source: DatabaseSource) -> tuple[str, Any, Any]:
+    """Open a session on a PostgreSQL source, export its snapshot and hold it in this process;
+    the split key's min and max read in that snapshot. Returns ``(snapshot, min, max)``."""
+    assert source.split_by is not None
+    conn = _open_postgres(source.name)
+    try:
+        driver.execute(conn, source_sql.repeatable_read())
+        snapshot = driver.execute(conn, source_sql.export_snapshot())[0][0]
+        select = source_sql.source_select(source.query, source.table)
+        low, high = driver.execute(conn, source_sql.key_bounds(select, source.split_by))[0]
+    except BaseException:
+        driver.close_cancelling(conn)
+        raise
+    with _SNAPSHOTS_LOCK:
+        _SNAPSHOTS[snapshot] = _Held(conn)
+    return snapshot, low, high
+
+
+def _held(snapshot: str | None) -> str | None:
+    """``snapshot`` if this process holds it (in-process ranges); else None: an Airflow COPY
+    task in another process reads in a snapshot of its own (see the module's docstring)."""
+    with _SNAPSHOTS_LOCK:
+        return snapshot if snapshot in _SNAPSHOTS else None
+
+
+def _range_done(snapshot: str | None) -> None:
+    """One range of ``snapshot`` read (or failed): after the last, the holding session ends."""
+    with _SNAPSHOTS_LOCK:
+        held = _SNAPSHOTS.get(snapshot) if snapshot else None
+        if held is None:
+            return
+        held.ranges -= 1
+        if held.ranges > 0:
+            return
+        del _SNAPSHOTS[snapshot]  # type: ignore[arg-type]
+    driver.close_cancelling(held.conn)
+
+
+@atexit.register
+def release_snapshots() -> None:
+    """End every session still holding a snapshot (a load that stopped before its ranges
+    were all read)."""
+    with _SNAPSHOTS_LOCK:
+        held = list(_SNAPSHOTS.values())
+        _SNAPSHOTS.clear()
+    for each in held:
+        driver.close_cancelling(each.conn)
+
+
+@contextlib.contextmanager
+def _alchemy(name: str) -> Iterator[Any]:
+    """A SQLAlchemy connection to another database."""
+    import sqlalchemy
+
+    url = _url(name)
+    try:
+        engine = sqlalchemy.create_engine(url)
+    except Exception as exc:
+        raise LoadRefusedError(
+            f"source {name}: cannot use the URL ({driver.redact(str(exc), url)}); "
+            "nothing was changed"
+        ) from None
+    try:
+        try:
+            conn = engine.connect()
+        except Exception as exc:
+            raise TransientLoadError(
+                f"source {name}: cannot connect to the database: {_reason(exc, url)}; "
+                "nothing was changed"
+            ) from None
+        with conn:
+            yield conn
+    finally:
+        engine.dispose()
+
+
+def _reason(exc: BaseException, url: str) -> str:
+    """A source driver's error in words: its first line, the password masked."""
+    cause = getattr(exc, "orig", None) or exc
+    text = str(cause).strip().split("\n")[0] or type(cause).__name__
+    return driver.redact(text, url)
+
+
+# --- the format -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DatabaseFormat:
+    """A query or table on another database, as prepare and the COPY step use it (the
+    :class:`~airflow_pg_bulk.source.formats.Format` protocol).
+
+    :param source: what is read, and where (its columns unknown until :meth:`match`)."""
+
+    source: DatabaseSource
+
+    @classmethod
+    def of_request(cls, request: LoadRequest) -> DatabaseFormat:
+        """The database source a request names (its URL held in this process, or its Airflow
+        connection id, whose URL the operator holds)."""
+        if request.source_url:
+            name = hold(request.source_url)
+        else:
+            assert request.source_conn_id is not None  # the request checked it
+            name = request.source_conn_id
+        postgres = is_postgres(_url(name))
+        return cls(
+            DatabaseSource(
+                name,
+                postgres,
+                request.query,
+                request.source_table,
+                split_by=request.split_by or None,
+            )
+        )
+
+    @property
+    def copy(self) -> CopyOptions:
+        """What COPY into staging is given: text."""
+        return TEXT
+
+    def refuse_unsupported(self, request: LoadRequest) -> None:
+        """Nothing more: the request refused what files alone take."""
+
+    def list_files(self, request: LoadRequest) -> list[SourceFile]:
+        """No files."""
+        return []
+
+    def match(self, files: Sequence[SourceFile], loadable: Sequence[str]) -> Matched:
+        """The source's column names (its query run with ``LIMIT 0``, or SQLAlchemy's result
+        keys), each matched to one of the table's ``loadable`` columns by name (exactly, then
+        case-insensitively). A query that fails, or a column that matches none, is refused
+        here, before anything is made."""
+        names = source_columns(self.source)
+        matched = match_names(names, loadable, self.source.name)
+        if self.source.split_by and self.source.split_by not in names:
+            raise LoadRefusedError(
+                f"split_by {self.source.split_by!r} is not a column of the source "
+                f"{self.source.name} (its columns: {list(names)}); nothing was changed"
+            )
+        source = dataclasses.replace(self.source, columns=names)
+        bounds = None
+        if source.split_by and source.postgres:
+            snapshot, *bounds = _export(source)
+            source = dataclasses.replace(source, snapshot=snapshot)
+        elif source.split_by:
+            bounds = list(key_bounds(source))
+        return Matched(
+            tuple(matched), database=source, key_bounds=tuple(bounds) if bounds else None
+        )
+
+    def columns(
+        self, request: LoadRequest, target: TargetDefinition, matched: Matched
+    ) -> tuple[str, ...]:
+        """The target columns the source's columns matched, in the source's order."""
+        return matched.names
+
+    def cut(
+        self, files: Sequence[SourceFile], partitions: int, matched: Matched
+    ) -> list[Partition]:
+        """One COPY stream: the whole query, read in one statement (one snapshot); split by a
+        column, one per range of it (:func:`airflow_pg_bulk.plan.planning.key_ranges` of its
+        min and max), each read in a statement of its own."""
+        ranges: list[tuple[Any, Any]] = [(None, None)]
+        if matched.key_bounds is not None:
+            ranges = planning.key_ranges(*matched.key_bounds, partitions)
+        source = matched.database
+        if source is not None and source.snapshot in _SNAPSHOTS:
+            _SNAPSHOTS[source.snapshot].ranges = len(ranges)  # type: ignore[index]
+        return [
+            Partition(i, (Piece(self.source.name, key_range=bounds),), 0)
+            for i, bounds in enumerate(ranges)
+        ]
+
+    @property
+    def copy_options(self) -> CopyOptions:
+        """Text: what ``COPY ... TO STDOUT`` writes and :mod:`.copy_text` encodes."""
+        return TEXT
+
+    @property
+    def sends_bytes(self) -> bool:
+        """False: the COPY step calls :func:`copy_piece`."""
+        return False
+
+    def marker_rule(self, server_version: int) -> records.MarkerRule | None:
+        """None: every value's backslash is escaped, so no marker can occur."""
+        return None
+
+
+def source_columns(source: DatabaseSource) -> tuple[str, ...]:
+    """The source's column names, in its order; its query is run without rows first, so one
+    that cannot run fails before anything is made."""
+    if source.postgres:
+        with _postgres(source.name) as conn:
+            statement = source_sql.no_rows(source_sql.source_select(source.query, source.table))
+            try:
+                with driver.plain_cursor(conn) as cur:
+                    cur.execute(statement)
+                    return tuple(d.name for d in cur.description)
+            except Exception as exc:
+                raise _query_refused(source, _reason(exc, _url(source.name))) from None
+    with _alchemy(source.name) as conn:
+        try:
+            result = conn.execution_options(stream_results=True).execute(
+                source_sql.alchemy_select(source.query, source.table)
+            )
+            try:
+                return tuple(result.keys())
+            finally:
+                result.close()
+        except Exception as exc:
+            raise _query_refused(source, _reason(exc, _url(source.name))) from None
+
+
+def key_bounds(source: DatabaseSource) -> tuple[Any, Any]:
+    """The split key's min and max over the rows of a source read through SQLAlchemy (a
+    PostgreSQL source's are read in its exported snapshot: :func:`_export`)."""
+    assert source.split_by is not None
+    try:
+        with _alchemy(source.name) as conn:
+            statement = source_sql.alchemy_key_bounds(source.query, source.table, source.split_by)
+            row = tuple(conn.execute(statement).one())
+    except PgBulkError:
+        raise
+    except Exception as exc:
+        raise _query_refused(source, _reason(exc, _url(source.name))) from None
+    return row[0], row[1]
+
+
+def _query_refused(source: DatabaseSource, reason: str) -> LoadRefusedError:
+    what = f"table {source.table}" if source.table else "query"
+    return LoadRefusedError(
+        f"the source {what} on {source.name} cannot be read: {reason}. Nothing was changed; "
+        f"fix the {'source_table' if source.table else 'query'} and run the load again"
+    )
+
+
+def match_names(names: Sequence[str], loadable: Sequence[str], where: str) -> list[str]:
+    """Each source column's target column, by name (:func:`.header.match_columns`: exactly,
+    else case-insensitively when that names one column); refused in the query's words."""
+    try:
+        return header.match_columns(names, loadable, what=f"the source {where}:")
+    except LoadRefusedError as exc:
+        raise LoadRefusedError(
+            f"{exc}. Nothing was changed; rename the source's columns in the query "
+            "(SELECT x AS y) or leave them out"
+        ) from None
+
+
+# --- the COPY step ----------------------------------------------------------------------------
+
+
+def copy_piece(
+    conn: Any,
+    plan: LoadPlan,
+    piece: Piece,
+    progress: Any = None,
+    done: int = 0,
+    expected: int = 0,
+) -> tuple[int, int]:
+    """COPY the source's rows into staging, in the caller's transaction (the signature of
+    :func:`airflow_pg_bulk.loading.parquet_copy.copy_piece`). Returns ``(rows, bytes)``.
+
+    :raises SourceReadError: the source failed midway, or its row count is not COPY's.
+    :raises BadDataError: a value the target's column does not take."""
+    source = plan.database
+    assert source is not None
+    bounds = (piece.key_range or (None, None))[:2]
+    t = plan.target
+    statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
+    if source.postgres:
+        try:
+            with _postgres(source.name, _held(source.snapshot)) as src:
+                select = source_sql.key_range(
+                    source_sql.source_select(source.query, source.table),
+                    source.split_by or "",
+                    *bounds,
+                )
+                reader: CopyOut | TextRows = CopyOut(src, source_sql.copy_out(select))
+                loaded = _copy_in(conn, plan, statement, reader, bounds)
+        finally:
+            _range_done(source.snapshot)
+    else:
+        with _alchemy(source.name) as src:
+            result = src.execution_options(stream_results=True, yield_per=YIELD_PER).execute(
+                source_sql.alchemy_key_range(
+                    source.query, source.table, source.split_by or "", *bounds
+                )
+            )
+            reader = TextRows(result)
+            loaded = _copy_in(conn, plan, statement, reader, bounds)
+    if reader.rows != loaded:
+        raise SourceReadError(
+            f"Load {plan.load_id}: the source {source.name} gave {reader.rows} rows but COPY "
+            f"loaded {loaded} into {t.qualified}; nothing of this COPY stream was committed"
+        )
+    log.info(
+        "Load %s: read %d rows (%.1f MB) from %s%s by %s",
+        plan.load_id,
+        loaded,
+        reader.bytes / 1e6,
+        source.name,
+        _range_text(source, bounds),
+        "COPY TO STDOUT" if source.postgres else "a server-side cursor",
+    )
+    return loaded, reader.bytes
+
+
+def _range_text(source: DatabaseSource, bounds: tuple[Any, Any]) -> str:
+    """``, day in [2026-01-01, 2026-01-02)`` for a split source's range; empty otherwise."""
+    if not source.split_by:
+        return ""
+    return f", {source.split_by} in [{bounds[0]}, {bounds[1]})"
+
+
+def _copy_in(
+    conn: Any,
+    plan: LoadPlan,
+    statement: Any,
+    chunks: Iterable[bytes],
+    bounds: tuple[Any, Any] = (None, None),
+) -> int:
+    """``copy_in`` of the source's chunks; a failure of the source named as one."""
+    source = plan.database
+    assert source is not None
+    failed: list[BaseException] = []
+
+    def guarded() -> Iterator[bytes]:
+        try:
+            yield from chunks
+        except Exception as exc:
+            failed.append(exc)
+            raise
+
+    try:
+        return driver.copy_in(conn, statement, guarded())
+    except Exception as exc:
+        if failed:
+            raise SourceReadError(
+                f"Load {plan.load_id}: the source {source.name}{_range_text(source, bounds)} "
+                "failed while it was read: "
+                f"{_reason(failed[0], _url(source.name))}. Nothing of this COPY stream was "
+                f"committed; {plan.target.qualified} is unchanged"
+            ) from None
+        if driver.is_database_error(exc):
+            err = driver.server_error(exc)
+            if is_data_sqlstate(err.sqlstate):  # a value the target's column does not take
+                row, column, value = parse_copy_context(err.context)
+                where = f"source {source.name}{_range_text(source, bounds)}"
+                where += f", row {row} of its COPY stream" if row is not None else ""
+                raise translate.bad_value(
+                    err, plan, source.name, where, column, value, row
+                ) from None
+        raise
