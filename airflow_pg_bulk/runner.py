@@ -350,7 +350,7 @@ def _request(table: str, source: str | Sequence[str], objects: dict[str, Any]) -
 def preview(
     conn: str | ConnectionFactory,
     table: str,
-    source: str | Sequence[str],
+    source: str | Sequence[str] = (),
     *,
     driver: str = "psycopg",
     **objects: Unpack[LoadArguments],

@@ -471,3 +471,38 @@ def test_split_ranges_in_process_read_one_snapshot(
         conn.close()
         with psycopg.connect(source_pg, autocommit=True) as src:
             src.execute("DROP TABLE growing")
+
+
+def test_preview_of_a_database_source_names_the_query_and_the_partition_it_replaces(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """The preview reads the source through the same source object as prepare: the query's
+    rows routed to the one table partition they would replace; nothing created or changed."""
+    from airflow_pg_bulk.runner import preview
+
+    db.run(
+        sql.SQL("CREATE TABLE {} (id int, day date NOT NULL, v text, amount numeric)"
+                " PARTITION BY RANGE (day)").format(db.ident("p"))
+    )  # fmt: skip
+    for n in range(1, 4):
+        db.run(
+            sql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                db.ident(f"p{n}"), db.ident("p"),
+                sql.Literal(f"2026-01-0{n}"), sql.Literal(f"2026-01-0{n + 1}"),
+            )
+        )  # fmt: skip
+    load(connect, db.table("p"), mode="replace", source_url=source_pg, source_table="src")
+    catalog = "SELECT relname, relfilenode FROM pg_class WHERE relnamespace = %s::regnamespace"
+    before = sorted(db.run(catalog, db.schema))
+
+    shown = preview(
+        connect, db.table("p"), mode="replace_partitions", source_url=source_pg,
+        query="SELECT * FROM src WHERE day = '2026-01-02'",
+    )  # fmt: skip
+
+    assert shown.receiving == (f"{db.schema}.p2",)
+    text = shown.describe()
+    assert "the query \"SELECT * FROM src WHERE day = '2026-01-02'\"" in text
+    assert "0 files" not in text and f"{db.schema}.p2" in text
+    assert sorted(db.run(catalog, db.schema)) == before
+    assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("p"))) == 3000

@@ -12,10 +12,18 @@ from dataclasses import dataclass
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
+from airflow_pg_bulk.loading import sources
 from airflow_pg_bulk.loading.copy import PartitionCopy
-from airflow_pg_bulk.plan import LoadRequest, PlainData, TargetDefinition, UpsertSpec, planning
+from airflow_pg_bulk.plan import (
+    DatabaseSource,
+    LoadRequest,
+    PlainData,
+    TargetDefinition,
+    UpsertSpec,
+    planning,
+)
 from airflow_pg_bulk.plan.figures import rows_in_words
-from airflow_pg_bulk.source import formats, listing
+from airflow_pg_bulk.source import formats
 from airflow_pg_bulk.source.listing import SourceFile, SourceKind
 from airflow_pg_bulk.sql.summary import row_estimates
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
@@ -54,6 +62,8 @@ class Preview(PlainData):
     :param receiving: the table partitions the rows go to (``schema.name``), found by reading
         the source once into a table that is rolled back; None: not read (a plain target, a
         stream, which is read once, or ``on_error="reject"``).
+    :param database: a database source: what is read and where (its URL's password masked);
+        None: files.
     """
 
     table: str
@@ -67,20 +77,24 @@ class Preview(PlainData):
     tables: tuple[PreviewTable, ...]
     effect: str
     receiving: tuple[str, ...] | None = None
+    database: str | None = None
 
     def describe(self) -> str:
         """The preview in words."""
         lines = [
             "Dry run: nothing was kept or changed. "
             f"This load ({self.mode}) into {self.table} would:",
-            f"  read {len(self.files)} files, {self.source_bytes / 1e6:,.1f} MB:",
+            f"  read {self.database}"
+            if self.database
+            else f"  read {len(self.files)} files, {self.source_bytes / 1e6:,.1f} MB:",
         ]
         lines += [f"    {path} ({size:,} bytes)" for path, size in self.files[:SHOWN_FILES]]
         if len(self.files) > SHOWN_FILES:
             lines.append(f"    ... and {len(self.files) - SHOWN_FILES} more")
         streams = ", ".join(f"{b / 1e6:,.1f}" for b in self.copy_streams[:8])
         more = ", ..." if len(self.copy_streams) > 8 else ""
-        lines.append(f"  COPY it in {len(self.copy_streams)} COPY streams (MB: {streams}{more})")
+        sizes = "" if self.database else f" (MB: {streams}{more})"
+        lines.append(f"  COPY it in {len(self.copy_streams)} COPY streams{sizes}")
         lines.append(f"  make the rows visible: {self.strategy} ({self.why})")
         lines.append(f"  {self.effect}; rows now (the catalog's estimates):")
         got = set(self.receiving or ())
@@ -133,9 +147,9 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
             + ")",
             f"the privileges {request.mode} needs",
         ]
-        source_format = formats.for_copy(request.copy)
+        source_format = sources.for_request(request)
         source_format.refuse_unsupported(request)
-        files = listing.list_sources(request.source, request.source_conn_id)
+        files = source_format.list_files(request)
         matched = source_format.match(files, planning.loadable_columns(target))
         columns = source_format.columns(request, target, matched)
         checks.append(f"the columns loaded: {', '.join(columns)}")
@@ -154,7 +168,9 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         streams = source_format.cut(files, request.partition_count(total), matched)
         estimates = execute(conn, row_estimates(target.oid))
         conn.rollback()
-        receiving = _receiving(conn, request, target, files, columns, spec if key else None)
+        receiving = _receiving(
+            conn, request, target, (source_format, files, matched), columns, spec if key else None
+        )
     finally:
         rollback_quietly(conn)
     return Preview(
@@ -169,14 +185,24 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
         effect=_effect(request, target.partitioning is not None),
         receiving=receiving,
+        database=_reads(matched.database),
     )
+
+
+def _reads(source: DatabaseSource | None) -> str | None:
+    """A database source in words: its query or table, and where (password masked)."""
+    if source is None:
+        return None
+    what = f"the query {source.query!r}" if source.query else f"the table {source.table}"
+    split = f", split by {source.split_by}" if source.split_by else ""
+    return f"{what} on {source.name}{split}"
 
 
 def _receiving(
     conn: DatabaseConnection,
     request: LoadRequest,
     target: TargetDefinition,
-    files: Sequence[SourceFile],
+    source: tuple[formats.Format, Sequence[SourceFile], formats.Matched],
     columns: Sequence[str],
     spec: UpsertSpec | None,
 ) -> tuple[str, ...] | None:
@@ -187,11 +213,10 @@ def _receiving(
     has an expression."""
     if target.partitioning is None or request.errors.rejecting:
         return None
+    source_format, files, matched = source
     if any(f.kind is SourceKind.STREAM for f in files):
         return None
-    source_format = formats.for_copy(request.copy)
-    matched = source_format.match(files, planning.loadable_columns(target))
-    whole = source_format.cut(files, 1, matched)  # whole files: no guessed record start
+    whole = source_format.cut(files, 1, matched)  # whole files (no guessed record start)
     plan = planning.build_plan(
         request,
         target,
@@ -201,6 +226,7 @@ def _receiving(
         source_bytes=sum(f.size for f in files),
         upsert=spec,
         file_order=[f.path for f in files],
+        database=matched.database,
     )
     execute(conn, sql.set_config("lock_timeout", request.settings.lock_timeout, local=True))
     strategies.for_plan(plan).create_staging(conn, plan)
