@@ -81,7 +81,7 @@ def _load_parser(sub: argparse._SubParsersAction, common: argparse.ArgumentParse
         action="store_true",
         help="print what the load would do (files, COPY streams, strategy, checks, the rows "
         "the target or each of its partitions holds now, the partitions the rows go to) and "
-        "stop: nothing is kept or changed",
+        "stop: nothing is kept or changed (default: load)",
     )
 
 

@@ -391,7 +391,9 @@ def test_cli_has_one_flag_per_option_and_no_stale_ones():
             assert action.option_strings == [opt.flag, opt.flag.replace("--", "--no-", 1)]
         if opt.choices:
             assert tuple(action.choices) == opt.choices, opt.name
-    assert set(actions) == {"help", "quiet", "conn", "table", "source", "jobs", "driver", "json"}
+    assert set(actions) == {
+        "help", "quiet", "conn", "table", "source", "jobs", "driver", "json", "dry_run"
+    }  # fmt: skip
 
 
 def test_cli_help_shows_every_default():
