@@ -56,7 +56,9 @@ from psycopg import sql
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
+from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE
 from airflow_pg_bulk.plan.figures import LoadSummary
+from airflow_pg_bulk.target import history
 from benchmarks.incremental import (
     SCHEMA,
     TABLE,
@@ -144,6 +146,10 @@ def build_base(dsn: str, meters: int, months: int = MONTHS, jobs: int = 0) -> No
             conn.execute(statement.format(sql.Identifier(SCHEMA, TABLE), _METERS))
         if jobs:
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(SCHEMA, TABLE)))
+    if jobs:  # a target loaded daily has the load history its first load made (untimed)
+        with psycopg.connect(base) as conn:
+            history.ensure(conn, (SCHEMA, LOAD_HISTORY_TABLE))
+            conn.commit()
 
 
 _METERS = sql.Identifier(SCHEMA, "meters")
@@ -219,8 +225,9 @@ def copy_parent(dsn: str, files: list[Path], _partitions: int) -> None:
         conn.commit()
 
 
-def project(dsn: str, files: list[Path], partitions: int) -> LoadSummary:
-    """The project: replace_partitions, in process; its figures (phases in ``.seconds``)."""
+def project(dsn: str, files: list[Path], partitions: int | None) -> LoadSummary:
+    """The project: replace_partitions, in process; its figures (phases in ``.seconds``);
+    ``partitions`` None: as many COPY streams as the project's default cuts the files into."""
     return runner.load(
         dsn,
         f"{SCHEMA}.{TABLE}",
@@ -414,7 +421,13 @@ def main(argv: list[str] | None = None) -> int:
         default=FIVE_YEARS_OF_DAYS,
         help="one_day: the target's daily partitions (the last one is reloaded)",
     )
-    p.add_argument("--partitions", type=int, default=2, help="the project's COPY partitions")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="the project's COPY streams; default: 2 for the year, the project's own default"
+        " (one per partition_size of input) for a reload",
+    )
     p.add_argument("--methods", default=None, help="default: all of the scenario's")
     p.add_argument(
         "--repeat", type=int, default=1, help="runs of each method (in turn); the median is shown"
@@ -428,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         " postmaster and children) and this one; the base build uses every core",
     )
     args = p.parse_args(argv)
+    if args.partitions is None and args.scenario == "year":
+        args.partitions = 2
     if argv is None:  # the command line (a caller such as the tests keeps its own logging)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     one_month = args.scenario in ("one_month", "one_day")  # one partition reloaded

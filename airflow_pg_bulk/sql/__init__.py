@@ -78,6 +78,7 @@ from airflow_pg_bulk.sql.history import (
     interval_seconds,
     ledger_activity,
     ledger_digest,
+    load_history_state,
     load_ledgers,
     load_record,
     load_sessions,
@@ -85,10 +86,10 @@ from airflow_pg_bulk.sql.history import (
     newer_load,
     now_epoch,
     record_load,
-    table_privileges,
     text_array,
     trim_load_history,
     upgrade_load_history,
+    writable_unless_missing,
 )
 from airflow_pg_bulk.sql.ledger import (
     FINALIZED,
@@ -282,6 +283,7 @@ __all__ = [
     "ledger_activity",
     "ledger_digest",
     "ledger_rows",
+    "load_history_state",
     "load_ledgers",
     "load_lock",
     "load_record",
@@ -347,7 +349,6 @@ __all__ = [
     "table_grants",
     "table_identifier",
     "table_indexes",
-    "table_privileges",
     "table_triggers",
     "target_size",
     "text_array",
@@ -362,4 +363,5 @@ __all__ = [
     "upsert_from_staging",
     "validate_constraint",
     "violated_constraint",
+    "writable_unless_missing",
 ]

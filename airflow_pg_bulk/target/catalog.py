@@ -241,15 +241,53 @@ def partitions_of_rows(
 
     None: every partition is a candidate (the key has an expression or a column that is
     not staged, or the rows have more than :data:`MAX_ROUTED_KEYS` distinct key values)."""
-    key = execute(conn, sql.partition_key_columns(target.oid))
-    names = [name for name, _type in key]
-    if not key or any(name is None or name not in staged for name in names):
+    key = _staged_key(conn, target, staged)
+    if key is None:
         return None
+    names = [name for name, _type in key]
     values = execute(conn, sql.distinct_keys(target.schema, staging, names, MAX_ROUTED_KEYS + 1))
     if len(values) > MAX_ROUTED_KEYS:
         return None
     if not values:
         return []
+    return _pruned(conn, target, key, values)
+
+
+def partition_of_a_row(
+    conn: DatabaseConnection, target: TargetDefinition, staging: str, staged: Sequence[str]
+) -> tuple[str, str] | None:
+    """The partition of ``target`` that one row of the table ``staging`` (the first one read)
+    goes to, as (schema, name), by partition pruning as :func:`partitions_of_rows` finds
+    them, without reading the other rows: the likely partition of every row when a load
+    goes to one (a daily or monthly reload), for a CHECK of its bound to confirm. None: no
+    row, a key with an expression or a column not staged, or no single partition takes it."""
+    key = _staged_key(conn, target, staged)
+    if key is None:
+        return None
+    names = [name for name, _type in key]
+    values = execute(conn, sql.distinct_keys(target.schema, staging, names, 1, distinct=False))
+    found = _pruned(conn, target, key, values) if values else []
+    return found[0] if len(found) == 1 else None
+
+
+def _staged_key(
+    conn: DatabaseConnection, target: TargetDefinition, staged: Sequence[str]
+) -> list[tuple[str, str]] | None:
+    """The partition key's (column, type), or None when it has an expression or a column
+    that is not staged."""
+    key = execute(conn, sql.partition_key_columns(target.oid))
+    if not key or any(name is None or name not in staged for name, _type in key):
+        return None
+    return [(name, type_) for name, type_ in key]
+
+
+def _pruned(
+    conn: DatabaseConnection,
+    target: TargetDefinition,
+    key: list[tuple[str, str]],
+    values: list[tuple[Any, ...]],
+) -> list[tuple[str, str]]:
+    """The partitions the planner's partition pruning keeps for these key values (EXPLAIN)."""
     execute(conn, sql.set_config("enable_partition_pruning", "on", local=True))
     found = scalar(conn, sql.partitions_for_keys(target.schema, target.table, key, values))
     return sorted(_scanned(json.loads(found) if isinstance(found, str) else found))
