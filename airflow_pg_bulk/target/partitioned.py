@@ -252,7 +252,8 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
                     json.dumps(leaf.to_dict()),
                 ),
             )
-        execute(conn, sql.drop_table(t.schema, stage, if_exists=True))
+        if not alone:  # (staging became the partition's new table: nothing left to drop)
+            execute(conn, sql.drop_table(t.schema, stage, if_exists=True))
         routed = _with_leaves(plan, Partitioning(parts.key, tuple(leaves), captured.unsupported))
         conn.commit()
     log.info(
