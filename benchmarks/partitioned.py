@@ -1,7 +1,12 @@
 """A year of readings into a table partitioned by month: the project beside the other ways.
 
-    python -m benchmarks.partitioned --conn DSN [--scenario year|one_month] [--meters 15000]
-        [--partitions 2] [--pin 0,1] [--json F]
+    python -m benchmarks.partitioned --conn DSN [--scenario year|one_month|one_day]
+        [--meters 15000] [--partitions N] [--pin 0,1] [--json F]
+
+``--partitions``: the project's COPY streams; default 2 for ``year``, and for a reload the
+project's own default (one stream per ``partition_size`` of input: one for a day or a month).
+A reload's base holds the load history (``pgbulk_loads``) a target loaded daily has after its
+first load, so that its one-time creation is not timed.
 
 Scenario ``year`` (the default). The target: ``readings`` (id, meter_id FK to ``meters``,
 reading, date), PRIMARY KEY (id, date), ``PARTITION BY RANGE (date)`` into 12 monthly
