@@ -1,7 +1,12 @@
 """A year of readings into a table partitioned by month: the project beside the other ways.
 
-    python -m benchmarks.partitioned --conn DSN [--scenario year|one_month] [--meters 15000]
-        [--partitions 2] [--pin 0,1] [--json F]
+    python -m benchmarks.partitioned --conn DSN [--scenario year|one_month|one_day]
+        [--meters 15000] [--partitions N] [--pin 0,1] [--json F]
+
+``--partitions``: the project's COPY streams; default 2 for ``year``, and for a reload the
+project's own default (one stream per ``partition_size`` of input: one for a day or a month).
+A reload's base holds the load history (``pgbulk_loads``) a target loaded daily has after its
+first load, so that its one-time creation is not timed.
 
 Scenario ``year`` (the default). The target: ``readings`` (id, meter_id FK to ``meters``,
 reading, date), PRIMARY KEY (id, date), ``PARTITION BY RANGE (date)`` into 12 monthly
@@ -56,7 +61,9 @@ from psycopg import sql
 
 from airflow_pg_bulk import runner
 from airflow_pg_bulk.demo import workload as demo_workload
+from airflow_pg_bulk.plan import LOAD_HISTORY_TABLE
 from airflow_pg_bulk.plan.figures import LoadSummary
+from airflow_pg_bulk.target import history
 from benchmarks.incremental import (
     SCHEMA,
     TABLE,
@@ -144,6 +151,10 @@ def build_base(dsn: str, meters: int, months: int = MONTHS, jobs: int = 0) -> No
             conn.execute(statement.format(sql.Identifier(SCHEMA, TABLE), _METERS))
         if jobs:
             conn.execute(sql.SQL("VACUUM ANALYZE {}").format(sql.Identifier(SCHEMA, TABLE)))
+    if jobs:  # a target loaded daily has the load history its first load made (untimed)
+        with psycopg.connect(base) as conn:
+            history.ensure(conn, (SCHEMA, LOAD_HISTORY_TABLE))
+            conn.commit()
 
 
 _METERS = sql.Identifier(SCHEMA, "meters")
@@ -219,8 +230,9 @@ def copy_parent(dsn: str, files: list[Path], _partitions: int) -> None:
         conn.commit()
 
 
-def project(dsn: str, files: list[Path], partitions: int) -> LoadSummary:
-    """The project: replace_partitions, in process; its figures (phases in ``.seconds``)."""
+def project(dsn: str, files: list[Path], partitions: int | None) -> LoadSummary:
+    """The project: replace_partitions, in process; its figures (phases in ``.seconds``);
+    ``partitions`` None: as many COPY streams as the project's default cuts the files into."""
     return runner.load(
         dsn,
         f"{SCHEMA}.{TABLE}",
@@ -414,7 +426,13 @@ def main(argv: list[str] | None = None) -> int:
         default=FIVE_YEARS_OF_DAYS,
         help="one_day: the target's daily partitions (the last one is reloaded)",
     )
-    p.add_argument("--partitions", type=int, default=2, help="the project's COPY partitions")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=None,
+        help="the project's COPY streams; default: 2 for the year, the project's own default"
+        " (one per partition_size of input) for a reload",
+    )
     p.add_argument("--methods", default=None, help="default: all of the scenario's")
     p.add_argument(
         "--repeat", type=int, default=1, help="runs of each method (in turn); the median is shown"
@@ -428,6 +446,8 @@ def main(argv: list[str] | None = None) -> int:
         " postmaster and children) and this one; the base build uses every core",
     )
     args = p.parse_args(argv)
+    if args.partitions is None and args.scenario == "year":
+        args.partitions = 2
     if argv is None:  # the command line (a caller such as the tests keeps its own logging)
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     one_month = args.scenario in ("one_month", "one_day")  # one partition reloaded

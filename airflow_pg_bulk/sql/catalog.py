@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from psycopg.sql import SQL, Composed, Identifier, Literal
+from collections.abc import Sequence
+
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
 from airflow_pg_bulk.sql.compose import table_identifier
 
@@ -188,3 +190,16 @@ def run_tables(schema: str, pattern: str) -> Composed:
         " WHERE i.inhrelid = c.oid AND up.relnamespace = n.oid AND up.relname LIKE {p})"
         " ORDER BY c.relname"
     ).format(s=Literal(schema), p=Literal(pattern))
+
+
+def rows_of_each(queries: Sequence[Composable]) -> Composed:
+    """One query for several: its one value (text) is a JSON array holding, for each of
+    ``queries`` in order, the array of its rows, each row a JSON object of its columns in
+    order (names may repeat: read it with ``object_pairs_hook``). One round trip where each
+    query would take one (the catalog capture of a table)."""
+    return SQL("SELECT json_build_array({})::text").format(
+        SQL(", ").join(
+            SQL("(SELECT coalesce(json_agg(q), '[]'::json) FROM ({}) AS q)").format(query)
+            for query in queries
+        )
+    )

@@ -107,8 +107,12 @@ def lock_tables(tables: Sequence[tuple[str, str]], mode: str, *, only: bool = Fa
 
 
 def setting_milliseconds(name: str) -> Composed:
-    """A time setting of the session in milliseconds (``lock_timeout``: 0 means no limit)."""
-    return SQL("SELECT setting::bigint FROM pg_settings WHERE name = {}").format(Literal(name))
+    """A time setting of the session in milliseconds (``lock_timeout``: 0 means no limit).
+    Read with ``current_setting`` (its value always carries a unit, but 0), not from the
+    ``pg_settings`` view, which builds a row for every setting of the server."""
+    return SQL(
+        "SELECT round(extract(epoch FROM current_setting({})::interval) * 1000)::bigint"
+    ).format(Literal(name))
 
 
 def parallel_limits() -> SQL:

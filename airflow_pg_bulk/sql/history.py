@@ -70,13 +70,6 @@ def interval_seconds(text: str) -> Composed:
     return SQL("SELECT date_part('epoch', {}::interval)").format(Literal(text))
 
 
-def table_privileges(schema: str, name: str, privileges: str) -> Composed:
-    """Whether the session's role holds every one of ``privileges`` on the table."""
-    return SQL("SELECT has_table_privilege({}, {})").format(
-        Literal(Identifier(schema, name).as_string()), Literal(privileges)
-    )
-
-
 #: the load history's columns that the ordering rule added (an older history gets them by
 #: :func:`upgrade_load_history`): the DAG task that loads the target (its scope), the run, its
 #: data interval, and the partitions a ``replace_partitions`` swapped (NULL: the whole target)
@@ -100,6 +93,29 @@ def missing_columns(schema: str, name: str, columns: Sequence[str]) -> Composed:
         "SELECT c FROM unnest({}) AS c WHERE NOT EXISTS (SELECT FROM pg_attribute"
         " WHERE attrelid = to_regclass({}) AND attname = c AND NOT attisdropped)"
     ).format(text_array(columns), Literal(Identifier(schema, name).as_string()))
+
+
+def load_history_state(schema: str, name: str, columns: Sequence[str], index: str) -> Composed:
+    """In one query: whether the table exists, which of ``columns`` it lacks (text[]), and
+    whether the index ``index`` (in the same schema) exists."""
+    table = Literal(Identifier(schema, name).as_string())
+    return SQL(
+        "SELECT to_regclass({0}) IS NOT NULL, ARRAY(SELECT c FROM unnest({1}) AS c WHERE NOT"
+        " EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass({0}) AND attname = c"
+        " AND NOT attisdropped)), to_regclass({2}) IS NOT NULL"
+    ).format(table, text_array(columns), Literal(Identifier(schema, index).as_string()))
+
+
+def writable_unless_missing(schema: str, name: str, privileges: Sequence[str]) -> Composed:
+    """Whether the table is missing, or the session's role holds every one of ``privileges``
+    on it (one query)."""
+    table = Literal(Identifier(schema, name).as_string())
+    return SQL("SELECT CASE WHEN to_regclass({}) IS NULL THEN true ELSE {} END").format(
+        table,
+        SQL(" AND ").join(
+            SQL("has_table_privilege({}, {})").format(table, Literal(p)) for p in privileges
+        ),
+    )
 
 
 def upgrade_load_history(schema: str, name: str) -> Composed:

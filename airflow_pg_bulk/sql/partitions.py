@@ -117,10 +117,14 @@ def unsupported_partition(oid: int) -> Composed:
     ).format(Literal(oid))
 
 
-def distinct_keys(schema: str, table: str, columns: Sequence[str], limit: int) -> Composed:
+def distinct_keys(
+    schema: str, table: str, columns: Sequence[str], limit: int, *, distinct: bool = True
+) -> Composed:
     """Up to ``limit`` distinct values of the partition key ``columns`` in a staging table,
-    each as text (NULL stays NULL)."""
-    return SQL("SELECT DISTINCT {} FROM {} LIMIT {}").format(
+    each as text (NULL stays NULL); ``distinct`` False: the first ``limit`` rows' values, as
+    they come (no sort or hash of the whole table)."""
+    return SQL("SELECT {}{} FROM {} LIMIT {}").format(
+        SQL("DISTINCT " if distinct else ""),
         SQL(", ").join(SQL("{}::text").format(Identifier(c)) for c in columns),
         table_identifier(schema, table),
         Literal(limit),

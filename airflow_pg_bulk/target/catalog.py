@@ -36,7 +36,7 @@ def capture(
     """Read the target's definition in the current transaction (search_path pinned).
 
     A partitioned target (one level of declarative partitioning) is captured with its key
-    only (see :func:`capture_partitioning`: the cost does not grow with its number of
+    only (see :func:`_partitioning`: the cost does not grow with its number of
     partitions); ``as_partition``: the table is a leaf partition, captured as a part of its
     parent's definition (:func:`capture_leaves`)."""
     execute(conn, sql.pin_search_path())
@@ -61,18 +61,40 @@ def capture(
             f"target {schema}.{table} is {kinds.get(relkind, 'not a plain table')}; "
             "only plain tables are supported as targets"
         )
+    queries = [
+        sql.table_columns(oid),
+        sql.table_indexes(oid),
+        sql.table_constraints(oid),
+        sql.table_triggers(oid),
+        sql.table_grants(oid),
+        sql.referencing_keys(oid),
+        sql.owned_sequences(oid),
+        sql.dependent_views(oid),
+        sql.unsupported_dependents(oid),
+    ]
+    if partitioned:
+        queries += [sql.partition_key(oid), sql.unsupported_partition(oid)]
+    # one round trip for all of them (they were one each: 11 statements per capture)
+    (
+        column_rows,
+        index_rows,
+        constraint_rows,
+        trigger_rows,
+        grant_rows,
+        referencing_rows,
+        sequence_rows,
+        view_rows,
+        blocker_rows,
+        *partition_rows,
+    ) = rows_of_each(conn, queries)
     columns = []
     column_comments = {}
-    for name, type_, not_null, generated, identity, col_comment in execute(
-        conn, sql.table_columns(oid)
-    ):
+    for name, type_, not_null, generated, identity, col_comment in column_rows:
         columns.append(Column(name, type_, not_null, generated, identity))
         if col_comment is not None:
             column_comments[name] = col_comment
     indexes = []
-    for name, unique, definition, prefix, con_name, con_kind, idx_comment in execute(
-        conn, sql.table_indexes(oid)
-    ):
+    for name, unique, definition, prefix, con_name, con_kind, idx_comment in index_rows:
         if con_kind == ConstraintKind.EXCLUSION:
             continue  # an exclusion constraint builds its own index
         if not definition.startswith(prefix):
@@ -92,7 +114,7 @@ def capture(
         self_ref,
         deferrable,
         deferred,
-    ) in execute(conn, sql.table_constraints(oid)):
+    ) in constraint_rows:
         if self_ref:
             problems.append(f"it has a foreign key to itself ({name})")
         constraints.append(
@@ -101,19 +123,16 @@ def capture(
             )
         )
     triggers = tuple(
-        TriggerDef(name, definition, enabled)
-        for name, definition, enabled in execute(conn, sql.table_triggers(oid))
+        TriggerDef(name, definition, enabled) for name, definition, enabled in trigger_rows
     )
     grants = tuple(
         Grant(grantee, privilege, grantable, column)
-        for grantee, privilege, grantable, column in execute(conn, sql.table_grants(oid))
+        for grantee, privilege, grantable, column in grant_rows
     )
-    referencing = tuple(ReferencingKey(*row) for row in execute(conn, sql.referencing_keys(oid)))
-    sequences = tuple(OwnedSequence(*row) for row in execute(conn, sql.owned_sequences(oid)))
+    referencing = tuple(ReferencingKey(*row) for row in referencing_rows)
+    sequences = tuple(OwnedSequence(*row) for row in sequence_rows)
     views = []
-    for view_schema, view_name, view_kind, _body, _options in execute(
-        conn, sql.dependent_views(oid)
-    ):
+    for view_schema, view_name, view_kind, _body, _options in view_rows:
         if view_kind == RelKind.VIEW:
             views.append(f"{view_schema}.{view_name}")
         else:
@@ -121,7 +140,7 @@ def capture(
                 f"materialized view {view_schema}.{view_name} reads it (a replace "
                 "would have to drop it; refresh it after an append instead)"
             )
-    blockers = [row[0] for row in execute(conn, sql.unsupported_dependents(oid))]
+    blockers = [row[0] for row in blocker_rows]
     if is_partition and not as_partition:
         problems.append("it is a table partition of a partitioned table")
     if inherits and not partitioned and not as_partition:
@@ -147,21 +166,24 @@ def capture(
         comment=comment,
         column_comments=column_comments,
         unsupported=tuple(problems),
-        partitioning=capture_partitioning(conn, oid, schema, table, triggers)
-        if partitioned
-        else None,
+        partitioning=_partitioning(schema, table, *partition_rows) if partitioned else None,
     )
 
 
-def capture_partitioning(
-    conn: DatabaseConnection, oid: int, schema: str, table: str, triggers: tuple[TriggerDef, ...]
-) -> Partitioning:
-    """The key of a partitioned target; its leaves are not captured here (a load captures the
-    partitions its rows go to, when it knows them: :func:`capture_leaves`), but a
-    sub-partitioned (multi-level) target and a foreign-table partition are refused, in one
-    catalog query whatever the number of partitions."""
-    key = scalar(conn, sql.partition_key(oid))
-    odd = execute(conn, sql.unsupported_partition(oid))
+def rows_of_each(conn: DatabaseConnection, queries: list[sql.Composable]) -> list[list[tuple]]:
+    """The rows of each of ``queries``, run as one statement (:func:`sql.rows_of_each`): each
+    row a tuple of its columns as JSON gives them (text, numbers, booleans, arrays as
+    lists, NULL as None), as the driver gives these catalog queries' columns."""
+    text = scalar(conn, sql.rows_of_each(queries))
+    return json.loads(text, object_pairs_hook=lambda pairs: tuple(v for _k, v in pairs))
+
+
+def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -> Partitioning:
+    """The key of a partitioned target (from its rows of ``sql.partition_key``); its leaves
+    are not captured here (a load captures the partitions its rows go to, when it knows
+    them: :func:`capture_leaves`), but a sub-partitioned (multi-level) target and a
+    foreign-table partition (``odd``: the rows of ``sql.unsupported_partition``, one
+    catalog query whatever the number of partitions) are refused."""
     if odd:
         leaf_schema, name, relkind = odd[0]
         if relkind == RelKind.PARTITIONED:
@@ -174,7 +196,7 @@ def capture_partitioning(
             f"table partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
             "(a foreign table?); only plain tables are supported as table partitions"
         )
-    return Partitioning(key, ())
+    return Partitioning(key[0][0] if key else None, ())
 
 
 def capture_leaves(
@@ -241,15 +263,53 @@ def partitions_of_rows(
 
     None: every partition is a candidate (the key has an expression or a column that is
     not staged, or the rows have more than :data:`MAX_ROUTED_KEYS` distinct key values)."""
-    key = execute(conn, sql.partition_key_columns(target.oid))
-    names = [name for name, _type in key]
-    if not key or any(name is None or name not in staged for name in names):
+    key = _staged_key(conn, target, staged)
+    if key is None:
         return None
+    names = [name for name, _type in key]
     values = execute(conn, sql.distinct_keys(target.schema, staging, names, MAX_ROUTED_KEYS + 1))
     if len(values) > MAX_ROUTED_KEYS:
         return None
     if not values:
         return []
+    return _pruned(conn, target, key, values)
+
+
+def partition_of_a_row(
+    conn: DatabaseConnection, target: TargetDefinition, staging: str, staged: Sequence[str]
+) -> tuple[str, str] | None:
+    """The partition of ``target`` that one row of the table ``staging`` (the first one read)
+    goes to, as (schema, name), by partition pruning as :func:`partitions_of_rows` finds
+    them, without reading the other rows: the likely partition of every row when a load
+    goes to one (a daily or monthly reload), for a CHECK of its bound to confirm. None: no
+    row, a key with an expression or a column not staged, or no single partition takes it."""
+    key = _staged_key(conn, target, staged)
+    if key is None:
+        return None
+    names = [name for name, _type in key]
+    values = execute(conn, sql.distinct_keys(target.schema, staging, names, 1, distinct=False))
+    found = _pruned(conn, target, key, values) if values else []
+    return found[0] if len(found) == 1 else None
+
+
+def _staged_key(
+    conn: DatabaseConnection, target: TargetDefinition, staged: Sequence[str]
+) -> list[tuple[str, str]] | None:
+    """The partition key's (column, type), or None when it has an expression or a column
+    that is not staged."""
+    key = execute(conn, sql.partition_key_columns(target.oid))
+    if not key or any(name is None or name not in staged for name, _type in key):
+        return None
+    return [(name, type_) for name, type_ in key]
+
+
+def _pruned(
+    conn: DatabaseConnection,
+    target: TargetDefinition,
+    key: list[tuple[str, str]],
+    values: list[tuple[Any, ...]],
+) -> list[tuple[str, str]]:
+    """The partitions the planner's partition pruning keeps for these key values (EXPLAIN)."""
     execute(conn, sql.set_config("enable_partition_pruning", "on", local=True))
     found = scalar(conn, sql.partitions_for_keys(target.schema, target.table, key, values))
     return sorted(_scanned(json.loads(found) if isinstance(found, str) else found))

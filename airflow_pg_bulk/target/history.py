@@ -59,9 +59,7 @@ def refuse_appending_twice(
 def refuse_without_access(conn: DatabaseConnection, schema: str) -> None:
     """Refuse before anything is made when another role's load history cannot be written."""
     table = (schema, LOAD_HISTORY_TABLE)
-    if not scalar(conn, sql.relation_exists(*table)):
-        return
-    if not scalar(conn, sql.table_privileges(*table, "SELECT, INSERT, UPDATE")):
+    if not scalar(conn, sql.writable_unless_missing(*table, ("SELECT", "INSERT", "UPDATE"))):
         name = sql.qualified(*table).as_string()
         raise LoadRefusedError(
             f"this role cannot write the load history {name} (another role made it): "
@@ -73,7 +71,13 @@ def ensure(conn: DatabaseConnection, table: tuple[str, str]) -> None:
     """The load history with the ordering rule's columns and index: created if missing, and
     a history made by an earlier version upgraded (columns added, index built: once, under
     the creation lock, in the caller's transaction). A role that may not alter another
-    role's history gets a refusal naming the statements its owner must run."""
+    role's history gets a refusal naming the statements its owner must run. One query when
+    the history is there as it should be (every load after the first)."""
+    exists, missing, index = execute(
+        conn, sql.load_history_state(*table, sql.LOAD_HISTORY_ORDER_COLUMNS, HISTORY_INDEX)
+    )[0]
+    if exists and not missing and index:
+        return
     catalog.create_if_missing(conn, table, sql.create_load_history)
     missing = execute(conn, sql.missing_columns(*table, sql.LOAD_HISTORY_ORDER_COLUMNS))
     index = scalar(conn, sql.relation_exists(table[0], HISTORY_INDEX))

@@ -179,19 +179,27 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
         if not plan.staging_logged:  # a crash may have emptied the unlogged staging
             staging.check_rows(conn, plan, rows)
         columns = [c.name for c in t.columns]
-        names = catalog.partitions_of_rows(conn, t, stage, columns)
-        candidates = execute(conn, sql.leaf_partitions(t.oid, names))
+        # the partition of one row, confirmed for all by the CHECK of its bound that the
+        # staging table gets as that partition's new table (the scan that validates the
+        # rows, which a load into one partition needs anyway); else every row's partition
+        candidates = _one_partition(conn, plan, columns)
+        alone = renamed = candidates is not None
+        if candidates is None:
+            names = catalog.partitions_of_rows(conn, t, stage, columns)
+            candidates = execute(conn, sql.leaf_partitions(t.oid, names))
+            alone = names is not None and len(candidates) == 1
         bounds = [row[4] for row in candidates]
         kept: list[tuple[str, str, str, str | None]] = []
         try:
-            if names is not None and len(candidates) == 1:
+            if alone:
                 # staging itself becomes the partition's new table
                 leaf_schema, name, _kind, bound, constraint = candidates[0]
                 first = naming.staging_partition(plan.load_id, 0)
-                execute(conn, sql.rename_table(t.schema, stage, first))
-                if constraint:  # checks every row: one of no partition fails it
-                    check = naming.bound_check(plan.load_id)
-                    execute(conn, sql.add_check(t.schema, first, check, constraint))
+                if not renamed:  # (_one_partition did, with the CHECK)
+                    execute(conn, sql.rename_table(t.schema, stage, first))
+                    if constraint:  # checks every row: one of no partition fails it
+                        check = naming.bound_check(plan.load_id)
+                        execute(conn, sql.add_check(t.schema, first, check, constraint))
                 if plan.errors.rejecting:
                     check = naming.routed_check(plan.load_id)
                     execute(conn, sql.drop_constraint(t.schema, first, check, if_exists=True))
@@ -244,7 +252,8 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
                     json.dumps(leaf.to_dict()),
                 ),
             )
-        execute(conn, sql.drop_table(t.schema, stage, if_exists=True))
+        if not alone:  # (staging became the partition's new table: nothing left to drop)
+            execute(conn, sql.drop_table(t.schema, stage, if_exists=True))
         routed = _with_leaves(plan, Partitioning(parts.key, tuple(leaves), captured.unsupported))
         conn.commit()
     log.info(
@@ -259,6 +268,38 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
 
 
 _CHECK_VIOLATION = "23514"  # a CHECK, or "no partition of relation ... found for row"
+
+
+def _one_partition(
+    conn: DatabaseConnection, plan: LoadPlan, columns: list[str]
+) -> list[tuple[str, str, str, str, str | None]] | None:
+    """When every staged row goes to the partition of the first one: that partition (as
+    :func:`sql.leaf_partitions` describes it), with staging renamed to its new table and
+    the CHECK of its bound added (which validated every row). None, with nothing changed
+    (a savepoint undoes the rename and the CHECK that failed): the rows go to several
+    partitions, or to none, or the partition's bound cannot be checked alone."""
+    t = plan.target
+    guess = catalog.partition_of_a_row(conn, t, plan.staging_table, columns)
+    if guess is None:
+        return None
+    found = execute(conn, sql.leaf_partitions(t.oid, [guess]))
+    if len(found) != 1 or not found[0][4]:
+        return None
+    first = naming.staging_partition(plan.load_id, 0)
+    execute(conn, sql.savepoint(_ALONE))
+    try:
+        execute(conn, sql.rename_table(t.schema, plan.staging_table, first))
+        execute(conn, sql.add_check(t.schema, first, naming.bound_check(plan.load_id), found[0][4]))
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION):
+            raise
+        execute(conn, sql.rollback_to(_ALONE))
+        return None
+    execute(conn, sql.release(_ALONE))
+    return found
+
+
+_ALONE = "pgbulk_one_partition"
 
 
 def _split(
