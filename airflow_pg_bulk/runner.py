@@ -89,9 +89,18 @@ def connection_factory(conn: str | ConnectionFactory, driver: str = "psycopg") -
     return lambda: connect(dsn, driver)
 
 
-def run_plan(factory: ConnectionFactory, plan: LoadPlan, jobs: int) -> None:
-    """Run the COPY step of every COPY stream on ``jobs`` connections at once."""
+def run_plan(factory: ConnectionFactory, plan: LoadPlan, jobs: int, idle: Any = None) -> None:
+    """Run the COPY step of every COPY stream on ``jobs`` connections at once.
+
+    :param idle: a connection of the load's that is idle meanwhile: a plan of one COPY stream
+        runs on it, without a connection of its own (opening one was 14-41 ms of a daily
+        one-day reload whose whole load takes about 0.2 s)."""
     progress = _Progress(plan.load_id, plan.source_bytes)
+    if idle is not None and len(plan.partitions) == 1:
+        index = plan.partitions[0].index
+        steps.start_session(idle, naming.application_name(plan.load_id, "copy", index))
+        steps.copy_partition(idle, plan, index, progress.callback(index))
+        return
 
     def work(index: int) -> None:
         conn = factory()
@@ -310,7 +319,7 @@ def load(
         plan = figures.stamp_prepare(plan, started_at, time.time())
         workers = jobs or min(len(plan.partitions), 4)
         control.phase = "COPY"
-        run_plan(factory, plan, workers)
+        run_plan(factory, plan, workers, idle=main)
         copies = ledger.copy_span(main, plan)
         name = naming.application_name(load_id, "finalize")
         control.phase = "finalize"
@@ -323,6 +332,9 @@ def load(
         cleanup_started = time.time()
         if not control.stopped:  # else stop_loads drops the tables, on a connection of its own
             try:
+                if getattr(main, "closed", False):  # its COPY stream lost it: a new one
+                    close_cancelling(main)
+                    main = factory()
                 steps.start_session(main, naming.application_name(load_id, "cleanup"))
                 steps.cleanup(main, schema, load_id, lock_timeout=request.settings.lock_timeout)
             except Exception:
