@@ -506,3 +506,124 @@ def test_preview_of_a_database_source_names_the_query_and_the_partition_it_repla
     assert "0 files" not in text and f"{db.schema}.p2" in text
     assert sorted(db.run(catalog, db.schema)) == before
     assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("p"))) == 3000
+
+
+# --- the example DAG: each night, yesterday's rows into that day's table partition -------------
+
+NIGHTS = ["2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22"]
+
+
+def _orders_of_day(conn: Any, table: sql.Composable, day: str) -> list[tuple[Any, ...]]:
+    """The rows of ``table`` whose ``updated_at`` falls on ``day`` (UTC), in id order."""
+    return conn.execute(
+        sql.SQL(
+            "SELECT id, customer, amount, updated_at FROM {} WHERE updated_at >= %s::timestamptz"
+            " AND updated_at < %s::timestamptz + interval '1 day' ORDER BY id"
+        ).format(table),
+        (f"{day} 00:00+00", f"{day} 00:00+00"),
+    ).fetchall()
+
+
+@pytest.mark.dag_run
+def test_nightly_example_loads_each_day_into_its_partition_only(
+    airflow_db: str, db: Any, source_pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dags_examples/nightly_from_postgres.py run on the nights of 21 and 22 November (the
+    data intervals of 20 and 21 November): each run's
+    partition holds exactly the source rows updated that day (UTC; the bounds included and
+    excluded as the data interval says, a row written in another time zone on its UTC day),
+    and the other days' partitions keep their rows and their files."""
+    import pendulum
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+    examples = Path(__file__).resolve().parent.parent / "dags_examples"
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE", airflow_connection_json(db.dsn))
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE_OLTP", airflow_connection_json(source_pg))
+    source = sql.Identifier("public", "orders")
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute("DROP TABLE IF EXISTS orders")
+        src.execute(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text NOT NULL,"
+            " amount numeric(12,2), updated_at timestamptz NOT NULL)"
+        )
+        # one row every 7 minutes from 19 November 00:00 UTC to 22 November 21:59
+        src.execute(
+            "INSERT INTO orders SELECT g, 'customer ' || g % 17, g * 1.25,"
+            " timestamptz '2026-11-19 00:00+00' + g * interval '7 minutes'"
+            " FROM generate_series(1, 700) g"
+        )
+        src.execute(
+            "INSERT INTO orders VALUES"
+            " (1001, 'first instant', 1, '2026-11-20 00:00:00+00'),"
+            " (1002, 'last instant', 2, '2026-11-20 23:59:59.999999+00'),"
+            " (1003, 'next day', 3, '2026-11-21 00:00:00+00'),"
+            " (1004, 'written in Paris', 4, '2026-11-21 00:30:00+01')"
+        )
+    warehouse = db.ident("orders_daily")
+    db.run(
+        sql.SQL(
+            "CREATE TABLE {} (id bigint, customer text, amount numeric(12,2),"
+            " updated_at timestamptz, day date NOT NULL) PARTITION BY RANGE (day)"
+        ).format(warehouse)
+    )
+    for day in NIGHTS:
+        part = db.ident(f"orders_{day.replace('-', '')}")
+        db.run(
+            sql.SQL(
+                "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({}::date + 1)"
+            ).format(part, warehouse, sql.Literal(day), sql.Literal(day))
+        )
+        db.run(
+            sql.SQL(
+                "INSERT INTO {} SELECT -n, 'old', 0, %s::timestamptz, %s"
+                " FROM generate_series(1, 5) n"
+            ).format(warehouse),
+            f"{day} 12:00+00",
+            day,
+        )
+    old = {day: _orders_of_day(db.conn, warehouse, day) for day in NIGHTS}
+    filenodes = {
+        day: db.scalar(
+            "SELECT pg_relation_filenode(%s::regclass)",
+            f'"{db.schema}".orders_{day.replace("-", "")}',
+        )
+        for day in NIGHTS
+    }
+
+    dag = DagBag(dag_folder=str(examples)).get_dag("example_pg_bulk_nightly_from_postgres")
+    conf = {"table": db.table("orders_daily"), "source_table": "public.orders"}
+    for day in ("2026-11-20", "2026-11-21"):
+        # a run triggered by hand (as `airflow dags test <dag> <date>` does) covers the last
+        # whole day before its date: the night of the 21st loads the 20th
+        night = pendulum.parse(f"{day}T00:00:00Z").add(days=1)
+        run = dag.test(run_after=night, logical_date=night, run_conf=conf)
+        states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+        assert run.state == "success", states
+        assert run.data_interval_start == pendulum.parse(f"{day}T00:00:00Z")
+        assert sum(1 for task, _ in states if task == "load_day.copy") == 2  # split by id
+
+    with psycopg.connect(source_pg) as src:
+        expected = {day: _orders_of_day(src, source, day) for day in NIGHTS}
+    assert [r[0] for r in expected["2026-11-20"] if r[0] > 1000] == [1001, 1002, 1004]
+    assert [r[0] for r in expected["2026-11-21"] if r[0] > 1000] == [1003]
+    for day in ("2026-11-20", "2026-11-21"):
+        loaded = _orders_of_day(db.conn, warehouse, day)
+        assert loaded == expected[day] and len(loaded) > 200
+        days = db.run(
+            sql.SQL("SELECT DISTINCT day::text FROM {}").format(
+                db.ident(f"orders_{day.replace('-', '')}")
+            )
+        )
+        assert days == [(day,)]
+    for day in ("2026-11-19", "2026-11-22"):
+        assert _orders_of_day(db.conn, warehouse, day) == old[day]
+        assert (
+            db.scalar(
+                "SELECT pg_relation_filenode(%s::regclass)",
+                f'"{db.schema}".orders_{day.replace("-", "")}',
+            )
+            == filenodes[day]
+        )
+
