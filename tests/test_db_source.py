@@ -627,3 +627,29 @@ def test_nightly_example_loads_each_day_into_its_partition_only(
             == filenodes[day]
         )
 
+
+def test_prepare_log_line_names_what_a_database_source_reads(
+    db: Any, connect: Callable[[], Any], source_pg: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prepare's line says the query (or table) and where, the password masked, in place of
+    "0 files, 0.0 MB"; the preview describes it in the same words."""
+    from airflow_pg_bulk.runner import preview
+
+    table = _target(db)
+    # the test server trusts the connection, so the password is never checked: only shown
+    with_password = source_pg.replace("postgres@", "postgres:s3cret@", 1)
+    assert with_password != source_pg
+    with caplog.at_level("INFO", logger="airflow_pg_bulk"):
+        load(connect, table, mode="replace", source_url=with_password, source_table="src",
+             split_by="id", partitions=2)  # fmt: skip
+        load(connect, table, mode="append", source_url=with_password,
+             query="SELECT * FROM src WHERE id < 0")  # fmt: skip
+    lines = [r.getMessage() for r in caplog.records if ": prepared into " in r.getMessage()]
+    assert len(lines) == 2
+    assert all("s3cret" not in m and "files" not in m and " MB" not in m for m in lines)
+    masked = with_password.replace("s3cret", "***")
+    assert f"reading the table src on {masked}, split by id in 2 COPY streams" in lines[0]
+    assert f"reading the query 'SELECT * FROM src WHERE id < 0' on {masked} in" in lines[1]
+    shown = preview(connect, table, mode="replace", source_url=with_password, source_table="src")
+    assert f"the table src on {masked}" in shown.describe()
+    assert "s3cret" not in shown.describe()

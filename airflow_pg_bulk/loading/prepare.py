@@ -104,16 +104,23 @@ def prepare(
         raise
     cleanup.drop_abandoned(conn, plan)
     log.info(
-        "Load %s: prepared into %s (%s%s): %d files, %.1f MB in %d COPY streams, staging %s (%s)%s",
+        "Load %s: prepared into %s (%s%s): %s in %d COPY streams, staging %s (%s)%s",
         load_id,
         target.qualified,
         request.mode,
         ", rebuild" if plan.rebuilds else "",
-        len(files),
-        total / 1e6,
+        _reads(plan, len(files), total),
         len(partitions),
         plan.staging_table,
         "logged" if plan.staging_logged else "unlogged",
         "; kept from an earlier attempt, with its committed COPY streams" if resumed else "",
     )
     return plan
+
+
+def _reads(plan: LoadPlan, files: int, total: int) -> str:
+    """What the load reads, for prepare's log line: the files and their size, or the
+    database source's query or table and where (its password masked)."""
+    if plan.database is not None:
+        return f"reading {plan.database.describe()}"
+    return f"{files} files, {total / 1e6:.1f} MB"

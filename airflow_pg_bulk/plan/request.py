@@ -168,6 +168,13 @@ class DatabaseSource(PlainData):
     split_by: str | None = None
     snapshot: str | None = None
 
+    def describe(self) -> str:
+        """What is read, in words: the query or the table, and where (the connection id, or
+        the URL with its password masked), and the column it is split by."""
+        what = f"the query {self.query!r}" if self.query else f"the table {self.table}"
+        split = f", split by {self.split_by}" if self.split_by else ""
+        return f"{what} on {self.name}{split}"
+
 
 DEFAULT_PARTITION_BYTES = load_options.DEFAULT_PARTITION_BYTES
 MAX_DEFAULT_PARTITIONS = 16
