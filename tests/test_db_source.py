@@ -653,3 +653,87 @@ def test_prepare_log_line_names_what_a_database_source_reads(
     shown = preview(connect, table, mode="replace", source_url=with_password, source_table="src")
     assert f"the table src on {masked}" in shown.describe()
     assert "s3cret" not in shown.describe()
+
+
+# --- create_target: a missing target made from a PostgreSQL source's exact types ----------------
+
+
+def test_create_target_from_a_postgres_source_takes_its_exact_types(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """numeric(12,3), text[], jsonb, timestamptz as the source has them; an enum as text (its
+    type is not on the target); NOT NULL and the primary key for source_table only; rows
+    loaded; an existing target not altered (the option does nothing then)."""
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute("DROP TABLE IF EXISTS typed; DROP TYPE IF EXISTS mood")
+        src.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        src.execute(
+            "CREATE TABLE typed (a int, b text, amount numeric(12,3) NOT NULL, tags text[],"
+            " doc jsonb, at timestamptz, feeling mood, moods mood[], note varchar(20) DEFAULT 'x',"
+            " PRIMARY KEY (b, a))"
+        )
+        src.execute(
+            "INSERT INTO typed VALUES (1, 'one', 12.5, '{x,\"y z\"}', '{\"k\": [1, 2]}',"
+            " '2026-11-20 10:00+02', 'happy', '{sad,ok}', 'n'),"
+            " (2, 'two', 0.001, NULL, NULL, NULL, NULL, NULL, NULL)"
+        )
+    columns = (
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    )
+    primary_key = (
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = %s::regclass AND contype = 'p'"
+    )
+    types = [
+        ("a", "integer"), ("b", "text"), ("amount", "numeric(12,3)"), ("tags", "text[]"),
+        ("doc", "jsonb"), ("at", "timestamp with time zone"), ("feeling", "text"),
+        ("moods", "text[]"), ("note", "character varying(20)"),
+    ]  # fmt: skip
+    try:
+        # source_table: the types, NOT NULL and the primary key (in key order); no default
+        table = db.table("from_table")
+        summary = load(connect, table, mode="replace", source_url=source_pg,
+                       source_table="typed", create_target=True)  # fmt: skip
+        assert summary.rows == 2
+        got = db.run(columns, table)
+        assert [(n, t) for n, t, _ in got] == types
+        assert [n for n, _, nn in got if nn] == ["a", "b", "amount"]  # the key's, and NOT NULL
+        assert db.run(primary_key, table) == [("PRIMARY KEY (b, a)",)]
+        assert db.scalar("SELECT count(*) FROM pg_attrdef WHERE adrelid = %s::regclass", table) == 0
+        assert db.run(
+            sql.SQL("SELECT amount::text, tags, doc::text, at, feeling, moods FROM {} WHERE a = 1")
+            .format(db.ident("from_table"))
+        ) == [
+            ("12.500", ["x", "y z"], '{"k": [1, 2]}',
+             db.scalar("SELECT timestamptz '2026-11-20 08:00+00'"), "happy", ["sad", "ok"]),
+        ]  # fmt: skip
+        # a query: the result columns' types only (nothing of the table's constraints)
+        query_table = db.table("from_query")
+        load(connect, query_table, mode="append", source_url=source_pg, create_target=True,
+             query="SELECT amount * 2 AS doubled, amount, at FROM typed")  # fmt: skip
+        assert db.run(columns, query_table) == [
+            ("doubled", "numeric", False), ("amount", "numeric(12,3)", False),
+            ("at", "timestamp with time zone", False),
+        ]  # fmt: skip
+        assert db.run(primary_key, query_table) == []
+        # an existing target is not altered: the same load appends to it, as without the option
+        before = db.run(columns, query_table)
+        load(connect, query_table, mode="append", source_url=source_pg, create_target=True,
+             query="SELECT amount FROM typed")  # fmt: skip
+        assert db.run(columns, query_table) == before
+        assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("from_query"))) == 4
+    finally:
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute("DROP TABLE IF EXISTS typed; DROP TYPE IF EXISTS mood")
+
+
+def test_create_target_refused_for_files_and_for_a_source_that_is_not_postgres(
+    db: Any, connect: Callable[[], Any], source_sqlite: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="create_target applies to a database source"):
+        load(connect, db.table("x"), str(tmp_path / "a.csv"), mode="replace", create_target=True)
+    with pytest.raises(LoadRefusedError, match="from a PostgreSQL source only"):
+        load(connect, db.table("x"), mode="replace", source_url=source_sqlite,
+             source_table="src", create_target=True)  # fmt: skip
+    assert db.scalar("SELECT to_regclass(%s)", db.table("x")) is None
