@@ -158,12 +158,13 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "create_target", bool, False,
-        "with a PostgreSQL database source: when the target table does not exist, create it "
-        "from the source's result columns, each of its exact type (`format_type`: numeric "
+        "with a database source: when the target table does not exist, create it from the "
+        "source's columns: a PostgreSQL source's exact types (`format_type`: numeric "
         "precision, arrays, json, timestamptz; an enum becomes `text`, its type not being on "
-        "the target) and, for `source_table`, its NOT NULL columns and primary key; nothing "
-        "else (no default, index or other constraint). An existing target is never altered. "
-        "The table stays (empty) if the load then fails",
+        "the target), another database's `source_table` types mapped by SQLAlchemy; for "
+        "`source_table` also its NOT NULL columns and primary key; nothing else (no default, "
+        "index or other constraint). An existing target is never altered. The table stays "
+        "(empty) if the load then fails",
         "`False`: the target must exist", "request",
     ),
     LoadOption(

@@ -728,12 +728,57 @@ def test_create_target_from_a_postgres_source_takes_its_exact_types(
             src.execute("DROP TABLE IF EXISTS typed; DROP TYPE IF EXISTS mood")
 
 
-def test_create_target_refused_for_files_and_for_a_source_that_is_not_postgres(
+def test_create_target_refused_for_files_and_for_a_query_not_on_postgres(
     db: Any, connect: Callable[[], Any], source_sqlite: str, tmp_path: Path
 ) -> None:
     with pytest.raises(ValueError, match="create_target applies to a database source"):
         load(connect, db.table("x"), str(tmp_path / "a.csv"), mode="replace", create_target=True)
     with pytest.raises(LoadRefusedError, match="from a PostgreSQL source only"):
         load(connect, db.table("x"), mode="replace", source_url=source_sqlite,
-             source_table="src", create_target=True)  # fmt: skip
+             query="SELECT * FROM src", create_target=True)  # fmt: skip
     assert db.scalar("SELECT to_regclass(%s)", db.table("x")) is None
+
+
+def test_create_target_from_a_sqlite_table_maps_its_types_through_sqlalchemy(
+    db: Any, connect: Callable[[], Any], tmp_path: Path
+) -> None:
+    """SQLite's declared types, made generic and rendered for PostgreSQL by SQLAlchemy; its
+    NOT NULL and primary key carried over; rows loaded into the created table."""
+    path = tmp_path / "typed.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE typed (id integer PRIMARY KEY, name text NOT NULL, price numeric(10,2),"
+            " ratio real, code varchar(20), data blob, at datetime, day date, ok boolean)"
+        )
+        conn.execute(
+            "INSERT INTO typed VALUES (1, 'one', 12.5, 0.25, 'A1', x'00ff', '2026-11-20 10:00:00',"
+            " '2026-11-20', 1)"
+        )
+    table = db.table("from_sqlite")
+    summary = load(connect, table, mode="replace", source_url=f"sqlite:///{path}",
+                   source_table="typed", create_target=True)  # fmt: skip
+    assert summary.rows == 1
+    got = db.run(
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
+        table,
+    )
+    assert got == [
+        ("id", "integer", True), ("name", "text", True), ("price", "numeric(10,2)", False),
+        ("ratio", "double precision", False), ("code", "character varying(20)", False),
+        ("data", "bytea", False), ("at", "timestamp without time zone", False),
+        ("day", "date", False), ("ok", "boolean", False),
+    ]  # fmt: skip
+    assert (
+        db.scalar(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'p'",
+            table,
+        )
+        == "PRIMARY KEY (id)"
+    )
+    assert db.run(
+        sql.SQL("SELECT name, price::text, data, at::text, ok FROM {}").format(
+            db.ident("from_sqlite")
+        )
+    ) == [("one", "12.50", b"\x00\xff", "2026-11-20 10:00:00", True)]

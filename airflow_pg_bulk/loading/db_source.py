@@ -571,13 +571,14 @@ def create_target_if_missing(
     if exists:
         return False
     source = DatabaseFormat.of_request(request).source
-    if not source.postgres:
+    if not source.postgres and source.table is None:
         raise LoadRefusedError(
-            f"target table {schema}.{table} does not exist, and create_target creates it from a "
-            f"PostgreSQL source only (the source {source.name} is not PostgreSQL); nothing was "
-            "changed. Create the table first"
+            f"target table {schema}.{table} does not exist, and create_target takes the types "
+            f"of a query's columns from a PostgreSQL source only (the source {source.name} is "
+            "not PostgreSQL); nothing was changed. Give source_table (its declared types are "
+            "mapped through SQLAlchemy), or create the table first"
         )
-    columns, key = _source_schema(source)
+    columns, key = _source_schema(source) if source.postgres else _alchemy_schema(source)
     types = [t for _, t, _ in columns]
     unknown = [t for t, known in driver.execute(conn, source_sql.known_types(types)) if not known]
     if unknown:
@@ -629,4 +630,37 @@ def _source_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]],
         )
         for name, (text, enum, enum_array) in zip(names, rendered, strict=True)
     ]
+    return columns, key
+
+
+def _alchemy_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+    """Another database's table, as SQLAlchemy reflects it: each column's declared type made
+    generic (``BLOB`` -> ``LargeBinary``) and rendered by SQLAlchemy's PostgreSQL dialect
+    (``bytea``, ``NUMERIC(10, 2)``, ``VARCHAR(20)``, ``TIMESTAMP WITHOUT TIME ZONE``); a
+    column with no type SQLAlchemy knows is refused, not guessed. NOT NULL and the primary
+    key from the reflection."""
+    import sqlalchemy
+    from sqlalchemy.dialects import postgresql
+
+    assert source.table is not None
+    schema, _, name = source.table.rpartition(".")
+    with _alchemy(source.name) as conn:
+        try:
+            found = sqlalchemy.inspect(conn)
+            reflected = found.get_columns(name, schema=schema or None)
+            key = list(found.get_pk_constraint(name, schema=schema or None)["constrained_columns"])
+        except Exception as exc:
+            raise _query_refused(source, _reason(exc, _url(source.name))) from None
+    dialect = postgresql.dialect()
+    columns = []
+    for column in reflected:
+        try:
+            rendered = column["type"].as_generic().compile(dialect=dialect)
+        except Exception:
+            raise LoadRefusedError(
+                f"create_target: the source column {column['name']} of {source.table} has a "
+                f"type ({column['type']!r}) with no PostgreSQL equivalent SQLAlchemy knows; "
+                "nothing was changed. Create the target table first"
+            ) from None
+        columns.append((column["name"], rendered, not column["nullable"] or column["name"] in key))
     return columns, key
