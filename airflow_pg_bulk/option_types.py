@@ -19,6 +19,7 @@ class LoadOptions(TypedDict, total=False):
     query: str | None
     source_table: str | None
     split_by: str | None
+    create_target: bool
     format: str
     header: bool
     delimiter: str | None

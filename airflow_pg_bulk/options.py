@@ -157,6 +157,17 @@ OPTIONS: tuple[LoadOption, ...] = (
         "none: one COPY stream", "request",
     ),
     LoadOption(
+        "create_target", bool, False,
+        "with a database source: when the target table does not exist, create it from the "
+        "source's columns: a PostgreSQL source's exact types (`format_type`: numeric "
+        "precision, arrays, json, timestamptz; an enum becomes `text`, its type not being on "
+        "the target), another database's `source_table` types mapped by SQLAlchemy; for "
+        "`source_table` also its NOT NULL columns and primary key; nothing else (no default, "
+        "index or other constraint). An existing target is never altered. The table stays "
+        "(empty) if the load then fails",
+        "`False`: the target must exist", "request",
+    ),
+    LoadOption(
         "format", str, "csv",
         "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
         "by name, row groups split over COPY streams; needs `airflow-pg-bulk[parquet]`)",

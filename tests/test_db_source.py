@@ -506,3 +506,279 @@ def test_preview_of_a_database_source_names_the_query_and_the_partition_it_repla
     assert "0 files" not in text and f"{db.schema}.p2" in text
     assert sorted(db.run(catalog, db.schema)) == before
     assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("p"))) == 3000
+
+
+# --- the example DAG: each night, yesterday's rows into that day's table partition -------------
+
+NIGHTS = ["2026-11-19", "2026-11-20", "2026-11-21", "2026-11-22"]
+
+
+def _orders_of_day(conn: Any, table: sql.Composable, day: str) -> list[tuple[Any, ...]]:
+    """The rows of ``table`` whose ``updated_at`` falls on ``day`` (UTC), in id order."""
+    return conn.execute(
+        sql.SQL(
+            "SELECT id, customer, amount, updated_at FROM {} WHERE updated_at >= %s::timestamptz"
+            " AND updated_at < %s::timestamptz + interval '1 day' ORDER BY id"
+        ).format(table),
+        (f"{day} 00:00+00", f"{day} 00:00+00"),
+    ).fetchall()
+
+
+@pytest.mark.dag_run
+def test_nightly_example_loads_each_day_into_its_partition_only(
+    airflow_db: str, db: Any, source_pg: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dags_examples/nightly_from_postgres.py run on the nights of 21 and 22 November (the
+    data intervals of 20 and 21 November): each run's
+    partition holds exactly the source rows updated that day (UTC; the bounds included and
+    excluded as the data interval says, a row written in another time zone on its UTC day),
+    and the other days' partitions keep their rows and their files."""
+    import pendulum
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+    examples = Path(__file__).resolve().parent.parent / "dags_examples"
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE", airflow_connection_json(db.dsn))
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE_OLTP", airflow_connection_json(source_pg))
+    source = sql.Identifier("public", "orders")
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute("DROP TABLE IF EXISTS orders")
+        src.execute(
+            "CREATE TABLE orders (id bigint PRIMARY KEY, customer text NOT NULL,"
+            " amount numeric(12,2), updated_at timestamptz NOT NULL)"
+        )
+        # one row every 7 minutes from 19 November 00:00 UTC to 22 November 21:59
+        src.execute(
+            "INSERT INTO orders SELECT g, 'customer ' || g % 17, g * 1.25,"
+            " timestamptz '2026-11-19 00:00+00' + g * interval '7 minutes'"
+            " FROM generate_series(1, 700) g"
+        )
+        src.execute(
+            "INSERT INTO orders VALUES"
+            " (1001, 'first instant', 1, '2026-11-20 00:00:00+00'),"
+            " (1002, 'last instant', 2, '2026-11-20 23:59:59.999999+00'),"
+            " (1003, 'next day', 3, '2026-11-21 00:00:00+00'),"
+            " (1004, 'written in Paris', 4, '2026-11-21 00:30:00+01')"
+        )
+    warehouse = db.ident("orders_daily")
+    db.run(
+        sql.SQL(
+            "CREATE TABLE {} (id bigint, customer text, amount numeric(12,2),"
+            " updated_at timestamptz, day date NOT NULL) PARTITION BY RANGE (day)"
+        ).format(warehouse)
+    )
+    for day in NIGHTS:
+        part = db.ident(f"orders_{day.replace('-', '')}")
+        db.run(
+            sql.SQL(
+                "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({}::date + 1)"
+            ).format(part, warehouse, sql.Literal(day), sql.Literal(day))
+        )
+        db.run(
+            sql.SQL(
+                "INSERT INTO {} SELECT -n, 'old', 0, %s::timestamptz, %s"
+                " FROM generate_series(1, 5) n"
+            ).format(warehouse),
+            f"{day} 12:00+00",
+            day,
+        )
+    old = {day: _orders_of_day(db.conn, warehouse, day) for day in NIGHTS}
+    filenodes = {
+        day: db.scalar(
+            "SELECT pg_relation_filenode(%s::regclass)",
+            f'"{db.schema}".orders_{day.replace("-", "")}',
+        )
+        for day in NIGHTS
+    }
+
+    dag = DagBag(dag_folder=str(examples)).get_dag("example_pg_bulk_nightly_from_postgres")
+    conf = {"table": db.table("orders_daily"), "source_table": "public.orders"}
+    for day in ("2026-11-20", "2026-11-21"):
+        # a run triggered by hand (as `airflow dags test <dag> <date>` does) covers the last
+        # whole day before its date: the night of the 21st loads the 20th
+        night = pendulum.parse(f"{day}T00:00:00Z").add(days=1)
+        run = dag.test(run_after=night, logical_date=night, run_conf=conf)
+        states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+        assert run.state == "success", states
+        assert run.data_interval_start == pendulum.parse(f"{day}T00:00:00Z")
+        assert sum(1 for task, _ in states if task == "load_day.copy") == 2  # split by id
+
+    with psycopg.connect(source_pg) as src:
+        expected = {day: _orders_of_day(src, source, day) for day in NIGHTS}
+    assert [r[0] for r in expected["2026-11-20"] if r[0] > 1000] == [1001, 1002, 1004]
+    assert [r[0] for r in expected["2026-11-21"] if r[0] > 1000] == [1003]
+    for day in ("2026-11-20", "2026-11-21"):
+        loaded = _orders_of_day(db.conn, warehouse, day)
+        assert loaded == expected[day] and len(loaded) > 200
+        days = db.run(
+            sql.SQL("SELECT DISTINCT day::text FROM {}").format(
+                db.ident(f"orders_{day.replace('-', '')}")
+            )
+        )
+        assert days == [(day,)]
+    for day in ("2026-11-19", "2026-11-22"):
+        assert _orders_of_day(db.conn, warehouse, day) == old[day]
+        assert (
+            db.scalar(
+                "SELECT pg_relation_filenode(%s::regclass)",
+                f'"{db.schema}".orders_{day.replace("-", "")}',
+            )
+            == filenodes[day]
+        )
+
+
+def test_prepare_log_line_names_what_a_database_source_reads(
+    db: Any, connect: Callable[[], Any], source_pg: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """prepare's line says the query (or table) and where, the password masked, in place of
+    "0 files, 0.0 MB"; the preview describes it in the same words."""
+    from airflow_pg_bulk.runner import preview
+
+    table = _target(db)
+    # the test server trusts the connection, so the password is never checked: only shown
+    with_password = source_pg.replace("postgres@", "postgres:s3cret@", 1)
+    assert with_password != source_pg
+    with caplog.at_level("INFO", logger="airflow_pg_bulk"):
+        load(connect, table, mode="replace", source_url=with_password, source_table="src",
+             split_by="id", partitions=2)  # fmt: skip
+        load(connect, table, mode="append", source_url=with_password,
+             query="SELECT * FROM src WHERE id < 0")  # fmt: skip
+    lines = [r.getMessage() for r in caplog.records if ": prepared into " in r.getMessage()]
+    assert len(lines) == 2
+    assert all("s3cret" not in m and "files" not in m and " MB" not in m for m in lines)
+    masked = with_password.replace("s3cret", "***")
+    assert f"reading the table src on {masked}, split by id in 2 COPY streams" in lines[0]
+    assert f"reading the query 'SELECT * FROM src WHERE id < 0' on {masked} in" in lines[1]
+    shown = preview(connect, table, mode="replace", source_url=with_password, source_table="src")
+    assert f"the table src on {masked}" in shown.describe()
+    assert "s3cret" not in shown.describe()
+
+
+# --- create_target: a missing target made from a PostgreSQL source's exact types ----------------
+
+
+def test_create_target_from_a_postgres_source_takes_its_exact_types(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """numeric(12,3), text[], jsonb, timestamptz as the source has them; an enum as text (its
+    type is not on the target); NOT NULL and the primary key for source_table only; rows
+    loaded; an existing target not altered (the option does nothing then)."""
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute("DROP TABLE IF EXISTS typed; DROP TYPE IF EXISTS mood")
+        src.execute("CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy')")
+        src.execute(
+            "CREATE TABLE typed (a int, b text, amount numeric(12,3) NOT NULL, tags text[],"
+            " doc jsonb, at timestamptz, feeling mood, moods mood[], note varchar(20) DEFAULT 'x',"
+            " PRIMARY KEY (b, a))"
+        )
+        src.execute(
+            "INSERT INTO typed VALUES (1, 'one', 12.5, '{x,\"y z\"}', '{\"k\": [1, 2]}',"
+            " '2026-11-20 10:00+02', 'happy', '{sad,ok}', 'n'),"
+            " (2, 'two', 0.001, NULL, NULL, NULL, NULL, NULL, NULL)"
+        )
+    columns = (
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    )
+    primary_key = (
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = %s::regclass AND contype = 'p'"
+    )
+    types = [
+        ("a", "integer"), ("b", "text"), ("amount", "numeric(12,3)"), ("tags", "text[]"),
+        ("doc", "jsonb"), ("at", "timestamp with time zone"), ("feeling", "text"),
+        ("moods", "text[]"), ("note", "character varying(20)"),
+    ]  # fmt: skip
+    try:
+        # source_table: the types, NOT NULL and the primary key (in key order); no default
+        table = db.table("from_table")
+        summary = load(connect, table, mode="replace", source_url=source_pg,
+                       source_table="typed", create_target=True)  # fmt: skip
+        assert summary.rows == 2
+        got = db.run(columns, table)
+        assert [(n, t) for n, t, _ in got] == types
+        assert [n for n, _, nn in got if nn] == ["a", "b", "amount"]  # the key's, and NOT NULL
+        assert db.run(primary_key, table) == [("PRIMARY KEY (b, a)",)]
+        assert db.scalar("SELECT count(*) FROM pg_attrdef WHERE adrelid = %s::regclass", table) == 0
+        assert db.run(
+            sql.SQL("SELECT amount::text, tags, doc::text, at, feeling, moods FROM {} WHERE a = 1")
+            .format(db.ident("from_table"))
+        ) == [
+            ("12.500", ["x", "y z"], '{"k": [1, 2]}',
+             db.scalar("SELECT timestamptz '2026-11-20 08:00+00'"), "happy", ["sad", "ok"]),
+        ]  # fmt: skip
+        # a query: the result columns' types only (nothing of the table's constraints)
+        query_table = db.table("from_query")
+        load(connect, query_table, mode="append", source_url=source_pg, create_target=True,
+             query="SELECT amount * 2 AS doubled, amount, at FROM typed")  # fmt: skip
+        assert db.run(columns, query_table) == [
+            ("doubled", "numeric", False), ("amount", "numeric(12,3)", False),
+            ("at", "timestamp with time zone", False),
+        ]  # fmt: skip
+        assert db.run(primary_key, query_table) == []
+        # an existing target is not altered: the same load appends to it, as without the option
+        before = db.run(columns, query_table)
+        load(connect, query_table, mode="append", source_url=source_pg, create_target=True,
+             query="SELECT amount FROM typed")  # fmt: skip
+        assert db.run(columns, query_table) == before
+        assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("from_query"))) == 4
+    finally:
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute("DROP TABLE IF EXISTS typed; DROP TYPE IF EXISTS mood")
+
+
+def test_create_target_refused_for_files_and_for_a_query_not_on_postgres(
+    db: Any, connect: Callable[[], Any], source_sqlite: str, tmp_path: Path
+) -> None:
+    with pytest.raises(ValueError, match="create_target applies to a database source"):
+        load(connect, db.table("x"), str(tmp_path / "a.csv"), mode="replace", create_target=True)
+    with pytest.raises(LoadRefusedError, match="from a PostgreSQL source only"):
+        load(connect, db.table("x"), mode="replace", source_url=source_sqlite,
+             query="SELECT * FROM src", create_target=True)  # fmt: skip
+    assert db.scalar("SELECT to_regclass(%s)", db.table("x")) is None
+
+
+def test_create_target_from_a_sqlite_table_maps_its_types_through_sqlalchemy(
+    db: Any, connect: Callable[[], Any], tmp_path: Path
+) -> None:
+    """SQLite's declared types, made generic and rendered for PostgreSQL by SQLAlchemy; its
+    NOT NULL and primary key carried over; rows loaded into the created table."""
+    path = tmp_path / "typed.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "CREATE TABLE typed (id integer PRIMARY KEY, name text NOT NULL, price numeric(10,2),"
+            " ratio real, code varchar(20), data blob, at datetime, day date, ok boolean)"
+        )
+        conn.execute(
+            "INSERT INTO typed VALUES (1, 'one', 12.5, 0.25, 'A1', x'00ff', '2026-11-20 10:00:00',"
+            " '2026-11-20', 1)"
+        )
+    table = db.table("from_sqlite")
+    summary = load(connect, table, mode="replace", source_url=f"sqlite:///{path}",
+                   source_table="typed", create_target=True)  # fmt: skip
+    assert summary.rows == 1
+    got = db.run(
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 ORDER BY attnum",
+        table,
+    )
+    assert got == [
+        ("id", "integer", True), ("name", "text", True), ("price", "numeric(10,2)", False),
+        ("ratio", "double precision", False), ("code", "character varying(20)", False),
+        ("data", "bytea", False), ("at", "timestamp without time zone", False),
+        ("day", "date", False), ("ok", "boolean", False),
+    ]  # fmt: skip
+    assert (
+        db.scalar(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'p'",
+            table,
+        )
+        == "PRIMARY KEY (id)"
+    )
+    assert db.run(
+        sql.SQL("SELECT name, price::text, data, at::text, ok FROM {}").format(
+            db.ident("from_sqlite")
+        )
+    ) == [("one", "12.50", b"\x00\xff", "2026-11-20 10:00:00", True)]

@@ -297,7 +297,7 @@ def test_templates_render_into_checked_values():
         "synchronous_commit": "on", "analyze": False, "on_error": "reject", "max_rejects": 9,
         "reject_table": "s.bad", "source_conn_id": "", "allow_older_run": True,
         "history_keep": 50, "abandoned_after": "2h", "source_url": None, "query": "",
-        "source_table": "", "split_by": "",
+        "source_table": "", "split_by": "", "create_target": False,
     }  # fmt: skip
     assert set(params) >= set(options.NAMES)
     prepare.render_template_fields({"params": params})
@@ -311,6 +311,7 @@ def test_templates_render_into_checked_values():
     assert request.settings == Settings("5s", "1GB", "on", False, 2, True, 50, "2h")
     assert request.errors == ErrorPolicy("reject", 9, "s.bad")
     assert request.source_conn_id is None
+    assert request.create_target is False
 
 
 # --- no destructive default ----------------------------------------------------------------

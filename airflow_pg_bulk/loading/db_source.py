@@ -550,3 +550,117 @@ def _copy_in(
                     err, plan, source.name, where, column, value, row
                 ) from None
         raise
+
+
+# --- create_target ----------------------------------------------------------------------------
+
+
+def create_target_if_missing(
+    conn: Any, request: LoadRequest, load_id: str, schema: str, table: str
+) -> bool:
+    """``create_target``: when ``schema.table`` does not exist, create it (committed) from a
+    PostgreSQL source's columns, each of the exact type the source server renders
+    (``format_type`` of the result column's type and modifier: numeric precision, arrays,
+    json, timestamptz), an enum as ``text`` (its type is not on the target); for
+    ``source_table`` also its NOT NULL columns and its primary key; nothing else (no default,
+    index, other constraint). An existing target is left exactly as it is. Returns whether it
+    was created."""
+    driver.execute(conn, sql.pin_search_path())
+    exists = bool(driver.execute(conn, sql.find_table(schema, table)))
+    conn.rollback()
+    if exists:
+        return False
+    source = DatabaseFormat.of_request(request).source
+    if not source.postgres and source.table is None:
+        raise LoadRefusedError(
+            f"target table {schema}.{table} does not exist, and create_target takes the types "
+            f"of a query's columns from a PostgreSQL source only (the source {source.name} is "
+            "not PostgreSQL); nothing was changed. Give source_table (its declared types are "
+            "mapped through SQLAlchemy), or create the table first"
+        )
+    columns, key = _source_schema(source) if source.postgres else _alchemy_schema(source)
+    types = [t for _, t, _ in columns]
+    unknown = [t for t, known in driver.execute(conn, source_sql.known_types(types)) if not known]
+    if unknown:
+        conn.rollback()
+        raise LoadRefusedError(
+            f"create_target: the target database has no type {', '.join(unknown)} (a type of "
+            f"the source's columns); nothing was changed. Create {schema}.{table} first"
+        )
+    try:
+        driver.execute(conn, source_sql.create_target(schema, table, columns, key))
+        conn.commit()
+    except BaseException:
+        driver.rollback_quietly(conn)
+        raise
+    log.info(
+        "Load %s: created the target %s.%s (create_target) from %s: %s%s",
+        load_id,
+        schema,
+        table,
+        source.describe(),
+        ", ".join(f"{n} {t}{' NOT NULL' if nn else ''}" for n, t, nn in columns),
+        f"; primary key ({', '.join(key)})" if key else "",
+    )
+    return True
+
+
+def _source_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+    """The source's result columns (name, type text, NOT NULL) and primary key columns."""
+    select = source_sql.source_select(source.query, source.table)
+    with _postgres(source.name) as conn:
+        try:
+            with driver.plain_cursor(conn) as cur:
+                cur.execute(source_sql.no_rows(select))
+                result = cur.pgresult
+                names = [d.name for d in cur.description]
+                oids = [result.ftype(i) for i in range(len(names))]
+                mods = [result.fmod(i) for i in range(len(names))]
+            rendered = driver.execute(conn, source_sql.column_types(oids, mods))
+            keys = driver.execute(conn, source_sql.table_keys(source.table)) if source.table else []
+        except Exception as exc:
+            raise _query_refused(source, _reason(exc, _url(source.name))) from None
+    not_null = {name for name, nn, _ in keys if nn}
+    key = [name for name, _, _ in sorted((k for k in keys if k[2] is not None), key=lambda k: k[2])]
+    columns = [
+        (
+            name,
+            ("text[]" if enum_array else "text") if enum or enum_array else text,
+            name in not_null,
+        )
+        for name, (text, enum, enum_array) in zip(names, rendered, strict=True)
+    ]
+    return columns, key
+
+
+def _alchemy_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+    """Another database's table, as SQLAlchemy reflects it: each column's declared type made
+    generic (``BLOB`` -> ``LargeBinary``) and rendered by SQLAlchemy's PostgreSQL dialect
+    (``bytea``, ``NUMERIC(10, 2)``, ``VARCHAR(20)``, ``TIMESTAMP WITHOUT TIME ZONE``); a
+    column with no type SQLAlchemy knows is refused, not guessed. NOT NULL and the primary
+    key from the reflection."""
+    import sqlalchemy
+    from sqlalchemy.dialects import postgresql
+
+    assert source.table is not None
+    schema, _, name = source.table.rpartition(".")
+    with _alchemy(source.name) as conn:
+        try:
+            found = sqlalchemy.inspect(conn)
+            reflected = found.get_columns(name, schema=schema or None)
+            key = list(found.get_pk_constraint(name, schema=schema or None)["constrained_columns"])
+        except Exception as exc:
+            raise _query_refused(source, _reason(exc, _url(source.name))) from None
+    dialect = postgresql.dialect()
+    columns = []
+    for column in reflected:
+        try:
+            rendered = column["type"].as_generic().compile(dialect=dialect)
+        except Exception:
+            raise LoadRefusedError(
+                f"create_target: the source column {column['name']} of {source.table} has a "
+                f"type ({column['type']!r}) with no PostgreSQL equivalent SQLAlchemy knows; "
+                "nothing was changed. Create the target table first"
+            ) from None
+        columns.append((column["name"], rendered, not column["nullable"] or column["name"] in key))
+    return columns, key

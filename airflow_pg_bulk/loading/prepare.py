@@ -9,7 +9,7 @@ import logging
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.loading import cleanup, ledger, sources
+from airflow_pg_bulk.loading import cleanup, db_source, ledger, sources
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
@@ -47,6 +47,8 @@ def prepare(
     schema, table = naming.split_name(request.table)
     resumed = False
     try:
+        if request.create_target:
+            db_source.create_target_if_missing(conn, request, load_id, schema, table)
         target = catalog.capture(conn, schema, table)
         catalog.refuse_unsupported(target, request.mode)
         catalog.refuse_without_privileges(conn, target, request.mode)
@@ -104,16 +106,23 @@ def prepare(
         raise
     cleanup.drop_abandoned(conn, plan)
     log.info(
-        "Load %s: prepared into %s (%s%s): %d files, %.1f MB in %d COPY streams, staging %s (%s)%s",
+        "Load %s: prepared into %s (%s%s): %s in %d COPY streams, staging %s (%s)%s",
         load_id,
         target.qualified,
         request.mode,
         ", rebuild" if plan.rebuilds else "",
-        len(files),
-        total / 1e6,
+        _reads(plan, len(files), total),
         len(partitions),
         plan.staging_table,
         "logged" if plan.staging_logged else "unlogged",
         "; kept from an earlier attempt, with its committed COPY streams" if resumed else "",
     )
     return plan
+
+
+def _reads(plan: LoadPlan, files: int, total: int) -> str:
+    """What the load reads, for prepare's log line: the files and their size, or the
+    database source's query or table and where (its password masked)."""
+    if plan.database is not None:
+        return f"reading {plan.database.describe()}"
+    return f"{files} files, {total / 1e6:.1f} MB"

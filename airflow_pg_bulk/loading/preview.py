@@ -15,7 +15,6 @@ from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quie
 from airflow_pg_bulk.loading import sources
 from airflow_pg_bulk.loading.copy import PartitionCopy
 from airflow_pg_bulk.plan import (
-    DatabaseSource,
     LoadRequest,
     PlainData,
     TargetDefinition,
@@ -185,17 +184,8 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
         effect=_effect(request, target.partitioning is not None),
         receiving=receiving,
-        database=_reads(matched.database),
+        database=None if matched.database is None else matched.database.describe(),
     )
-
-
-def _reads(source: DatabaseSource | None) -> str | None:
-    """A database source in words: its query or table, and where (password masked)."""
-    if source is None:
-        return None
-    what = f"the query {source.query!r}" if source.query else f"the table {source.table}"
-    split = f", split by {source.split_by}" if source.split_by else ""
-    return f"{what} on {source.name}{split}"
 
 
 def _receiving(

@@ -168,6 +168,13 @@ class DatabaseSource(PlainData):
     split_by: str | None = None
     snapshot: str | None = None
 
+    def describe(self) -> str:
+        """What is read, in words: the query or the table, and where (the connection id, or
+        the URL with its password masked), and the column it is split by."""
+        what = f"the query {self.query!r}" if self.query else f"the table {self.table}"
+        split = f", split by {self.split_by}" if self.split_by else ""
+        return f"{what} on {self.name}{split}"
+
 
 DEFAULT_PARTITION_BYTES = load_options.DEFAULT_PARTITION_BYTES
 MAX_DEFAULT_PARTITIONS = 16
@@ -209,6 +216,9 @@ class LoadRequest(PlainData):
     :param source_table: with a database source, the table whose rows are all loaded.
     :param split_by: with a database source and ``partitions``: the column whose range is cut
         into one COPY stream per ``partitions``.
+    :param create_target: with a PostgreSQL source: a missing target is created from the
+        source's column types (and, for ``source_table``, its NOT NULL and primary key); an
+        existing target is not altered.
     """
 
     table: str
@@ -229,6 +239,7 @@ class LoadRequest(PlainData):
     query: str | None = default("query")
     source_table: str | None = default("source_table")
     split_by: str | None = default("split_by")
+    create_target: bool = default("create_target")
 
     def __post_init__(self) -> None:
         if not self.mode:
@@ -270,6 +281,11 @@ class LoadRequest(PlainData):
         if not self.from_database:
             if not self.source:
                 raise ValueError("source must name at least one file or glob")
+            if self.create_target:
+                raise ValueError(
+                    "create_target applies to a database source (query or source_table): "
+                    "create the table first for files"
+                )
             if self.split_by:
                 raise ValueError("split_by applies to a database source (query or source_table)")
             return

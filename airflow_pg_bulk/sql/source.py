@@ -129,3 +129,71 @@ def export_snapshot() -> Composed:
 def set_snapshot(snapshot: str) -> Composed:
     """Read in the snapshot another session exported (first statement of a transaction)."""
     return SQL("SET TRANSACTION SNAPSHOT {}").format(Literal(snapshot))
+
+
+def column_types(oids: list[int], typmods: list[int]) -> Composed:
+    """Run on a PostgreSQL source: for each result column (its type OID and modifier, from the
+    query's description) the type as that server renders it (``format_type``: ``numeric(12,3)``,
+    ``text[]``, ``timestamp with time zone``), and whether it is an enum or an array of one
+    (``create_target`` makes those ``text``/``text[]``: the enum type is not on the target)."""
+    return SQL(
+        "SELECT format_type(c.oid, c.mod), t.typtype = 'e', coalesce(e.typtype = 'e', false)"
+        " FROM unnest({}::oid[], {}::int[]) WITH ORDINALITY AS c(oid, mod, n)"
+        " JOIN pg_type t ON t.oid = c.oid"
+        " LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem"
+        " ORDER BY c.n"
+    ).format(Literal(oids), Literal(typmods))
+
+
+def table_keys(table: str) -> Composed:
+    """Run on a PostgreSQL source: the NOT NULL columns of ``table`` and its primary key's
+    columns in key order (``attname``, ``attnotnull``, position in the key, from 0, or NULL:
+    ``indkey`` is an ``int2vector``, subscripted from 0)."""
+    return SQL(
+        "SELECT a.attname, a.attnotnull, array_position(i.indkey::int2[], a.attnum)"
+        " FROM pg_attribute a LEFT JOIN pg_index i"
+        " ON i.indrelid = a.attrelid AND i.indisprimary"
+        " WHERE a.attrelid = {}::regclass AND a.attnum > 0 AND NOT a.attisdropped"
+    ).format(_regclass(table))
+
+
+def _regclass(table: str) -> Composable:
+    """``table`` (``schema.table`` or ``table``, each part an exact name, as
+    :func:`source_select` reads it) quoted by the server, for a ``::regclass`` cast."""
+    parts = table.split(".", 1)
+    if len(parts) == 1:
+        return SQL("quote_ident({})").format(Literal(parts[0]))
+    return SQL("format('%I.%I', {}, {})").format(Literal(parts[0]), Literal(parts[1]))
+
+
+def create_target(
+    schema: str,
+    table: str,
+    columns: list[tuple[str, str, bool]],
+    primary_key: list[str],
+) -> Composed:
+    """``CREATE TABLE`` of the target from a source's columns: (name, type as the source
+    server's ``format_type`` rendered it, NOT NULL) and its primary key (may be empty). The
+    type text is the server's own rendering of a catalog type (as ``pg_get_indexdef`` is: see
+    :mod:`airflow_pg_bulk.sql`), checked against the target's catalog before use."""
+    parts: list[Composable] = [
+        SQL("{} {}{}").format(
+            Identifier(name),
+            SQL(type_text),  # type: ignore[arg-type]  # format_type's rendering, checked
+            SQL(" NOT NULL") if not_null else SQL(""),
+        )
+        for name, type_text, not_null in columns
+    ]
+    if primary_key:
+        parts.append(
+            SQL("PRIMARY KEY ({})").format(SQL(", ").join(Identifier(c) for c in primary_key))
+        )
+    return SQL("CREATE TABLE {} ({})").format(Identifier(schema, table), SQL(", ").join(parts))
+
+
+def known_types(types: list[str]) -> Composed:
+    """Run on the target: each type text resolved in its catalog (``to_regtype``: NULL where
+    the target has no such type, e.g. an extension's not installed there)."""
+    return SQL("SELECT t, to_regtype(t) IS NOT NULL FROM unnest({}::text[]) AS t").format(
+        Literal(types)
+    )
