@@ -15,6 +15,7 @@ from airflow_pg_bulk.loading.copy import ProgressCallback, copy_partition
 from airflow_pg_bulk.loading.finalize import complete_and_finalize, finalize
 from airflow_pg_bulk.loading.ledger import ledger_comment, read_pieces
 from airflow_pg_bulk.loading.prepare import prepare
+from airflow_pg_bulk.loading.preview import of_plan as preview_of_plan
 
 __all__ = [
     "LoadRefusedError",
@@ -26,6 +27,7 @@ __all__ = [
     "finalize",
     "ledger_comment",
     "prepare",
+    "preview_of_plan",
     "read_pieces",
     "start_session",
 ]

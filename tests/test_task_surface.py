@@ -133,3 +133,30 @@ def test_a_rendered_value_of_the_wrong_type_fails_prepare_naming_it(surface, db,
     assert _events(failed.run_id) == []
     assert db.checksum("items") == before
     assert leftovers(db) == []
+
+
+def test_prepare_logs_what_the_load_will_do_before_any_row_is_copied(surface, db, tmp_path, capfd):
+    """Under Airflow, prepare's log says what the load will do (issue 22: the preview), before
+    any COPY task runs: the files and bytes, the COPY streams, the effect on the target and
+    the rows it holds now (the catalog's estimate), the checks passed."""
+    create_items(db)
+    db.run(
+        f"INSERT INTO {db.schema}.items SELECT g, 'old', 1, NULL, NULL"
+        " FROM generate_series(1, 40) g"
+    )
+    db.run(f"ANALYZE {db.schema}.items")
+    _write(tmp_path, 0, _data(0))
+    _write(tmp_path, 1, _data(1))
+    conf = {"schema": db.schema, "table": "items", "dir": str(tmp_path)}
+
+    done = _run(surface, 6, conf)
+
+    assert done.state == "success", _states(done)
+    log = capfd.readouterr()
+    text = log.out + log.err
+    told = text.index(f"this load (replace) into {db.schema}.items will:")
+    assert "read 2 files" in text[told:]
+    assert "replace every row of the table; rows now (the catalog's estimates):" in text[told:]
+    assert f"{db.schema}.items: about 40" in text[told:]
+    assert "checks passed: the definition of" in text[told:]
+    assert text.index("COPY stream 0") > told  # said before the first COPY stream ran

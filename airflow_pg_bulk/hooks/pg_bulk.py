@@ -100,9 +100,15 @@ class PgBulkHook(PostgresHook):
 
         name = application_name or naming.application_name(load_id, "prepare")
         with self._bulk_connection(name) as conn:
-            return steps.prepare(
+            plan = steps.prepare(
                 conn, request, load_id, logical_date=logical_date, run=run, store_pieces=True
             )
+            # what the load will do, in the prepare task's log, before any row is copied and
+            # before the target is touched (a dry run from the command line says the same)
+            heading = f"Load {load_id}: prepared; this load ({plan.mode}) into "
+            heading += f"{plan.target.qualified} will:"
+            self.log.info("%s", steps.preview_of_plan(conn, plan).describe(heading))
+            return plan
 
     def read_pieces(
         self, plan: LoadPlan, partitions: Sequence[int], *, application_name: str | None = None

@@ -15,12 +15,14 @@ from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quie
 from airflow_pg_bulk.loading import sources
 from airflow_pg_bulk.loading.copy import PartitionCopy
 from airflow_pg_bulk.plan import (
+    LoadPlan,
     LoadRequest,
     PlainData,
     TargetDefinition,
     UpsertSpec,
     planning,
 )
+from airflow_pg_bulk.plan.codes import Mode
 from airflow_pg_bulk.plan.figures import rows_in_words
 from airflow_pg_bulk.source import formats
 from airflow_pg_bulk.source.listing import SourceFile, SourceKind
@@ -78,10 +80,14 @@ class Preview(PlainData):
     receiving: tuple[str, ...] | None = None
     database: str | None = None
 
-    def describe(self) -> str:
-        """The preview in words."""
+    def describe(self, heading: str | None = None) -> str:
+        """The preview in words.
+
+        :param heading: the first line (default: a dry run's, which says nothing was kept or
+            changed)."""
         lines = [
-            "Dry run: nothing was kept or changed. "
+            heading
+            or "Dry run: nothing was kept or changed. "
             f"This load ({self.mode}) into {self.table} would:",
             f"  read {self.database}"
             if self.database
@@ -111,8 +117,7 @@ class Preview(PlainData):
         return "\n".join(lines)
 
 
-def _effect(request: LoadRequest, partitioned: bool) -> str:
-    mode = request.mode
+def _effect(mode: Mode, partitioned: bool) -> str:
     if not partitioned:
         if mode.keyed:
             return "merge the rows into the table by the key (rows with a loaded key updated)"
@@ -182,7 +187,7 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         why=why,
         checks=tuple(checks),
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
-        effect=_effect(request, target.partitioning is not None),
+        effect=_effect(request.mode, target.partitioning is not None),
         receiving=receiving,
         database=None if matched.database is None else matched.database.describe(),
     )
@@ -229,3 +234,37 @@ def _receiving(
             copying.close()
     found = catalog.partitions_of_rows(conn, target, plan.staging_table, list(plan.columns))
     return None if found is None else tuple(f"{s}.{n}" for s, n in found)
+
+
+def of_plan(conn: DatabaseConnection, plan: LoadPlan) -> Preview:
+    """What a prepared load will do, from its plan: what prepare logs under Airflow before any
+    row is copied and before the target is touched. One read of the catalog (the row
+    estimates), rolled back; the partitions that receive rows are known only once the rows
+    are staged (see :func:`preview` for a dry run that finds them)."""
+    t = plan.target
+    try:
+        estimates = execute(conn, row_estimates(t.oid))
+    finally:
+        rollback_quietly(conn)
+    files: dict[str, int] = {}
+    for part in plan.partitions:
+        for piece in part.pieces:
+            files.setdefault(piece.path, piece.source_size or 0)
+    swap = not plan.mode.takes_strategy
+    return Preview(
+        table=t.qualified,
+        mode=str(plan.mode),
+        files=tuple(files.items()),
+        source_bytes=plan.source_bytes,
+        copy_streams=tuple(p.bytes for p in plan.partitions),
+        strategy="swap" if swap else plan.strategy,
+        why="a replace builds the new rows beside the target" if swap else "chosen in prepare",
+        checks=(
+            f"the definition of {t.qualified}",
+            f"the privileges {plan.mode} needs",
+            f"the columns loaded: {', '.join(plan.columns)}",
+        ),
+        tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
+        effect=_effect(plan.mode, t.partitioning is not None),
+        database=plan.database.describe() if plan.database else None,
+    )
