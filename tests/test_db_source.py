@@ -12,10 +12,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
+from sqlalchemy.engine import make_url
 
 from airflow_pg_bulk import cli
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
@@ -39,7 +42,12 @@ AWKWARD = [
 
 
 def _url(dsn: str, database: str) -> str:
-    return dsn.rsplit("/", 1)[0] + "/" + database
+    """``dsn`` (a URI, as the embedded server's ``postgresql://postgres@/postgres?host=/tmp/...``,
+    or key=value pairs) naming ``database`` instead, as a URI."""
+    if "://" not in dsn:
+        params = {k: v for k, v in conninfo_to_dict(dsn).items() if k != "dbname"}
+        return f"postgresql:///{database}?{urlencode(params)}"
+    return urlsplit(dsn)._replace(path=f"/{database}").geturl()
 
 
 @pytest.fixture(scope="module")
@@ -637,7 +645,9 @@ def test_prepare_log_line_names_what_a_database_source_reads(
 
     table = _target(db)
     # the test server trusts the connection, so the password is never checked: only shown
-    with_password = source_pg.replace("postgres@", "postgres:s3cret@", 1)
+    parts = urlsplit(source_pg)
+    where = parts.netloc.rsplit("@", 1)[-1]
+    with_password = parts._replace(netloc=f"{parts.username}:s3cret@{where}").geturl()
     assert with_password != source_pg
     with caplog.at_level("INFO", logger="airflow_pg_bulk"):
         load(connect, table, mode="replace", source_url=with_password, source_table="src",
@@ -647,7 +657,10 @@ def test_prepare_log_line_names_what_a_database_source_reads(
     lines = [r.getMessage() for r in caplog.records if ": prepared into " in r.getMessage()]
     assert len(lines) == 2
     assert all("s3cret" not in m and "files" not in m and " MB" not in m for m in lines)
-    masked = with_password.replace("s3cret", "***")
+    # the URL as SQLAlchemy renders it, password masked (a socket directory in the query
+    # string comes percent-encoded)
+    masked = make_url(with_password).render_as_string(hide_password=True)
+    assert f"{parts.username}:***@" in masked
     assert f"reading the table src on {masked}, split by id in 2 COPY streams" in lines[0]
     assert f"reading the query 'SELECT * FROM src WHERE id < 0' on {masked} in" in lines[1]
     shown = preview(connect, table, mode="replace", source_url=with_password, source_table="src")

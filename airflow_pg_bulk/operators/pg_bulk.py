@@ -279,12 +279,35 @@ def hold_source_database(conn_id: str | None) -> None:
 
     if not conn_id:
         return
-    hook = BaseHook.get_connection(conn_id).get_hook()
+    connection = BaseHook.get_connection(conn_id)
+    if (connection.host or "").startswith("/"):  # a Unix socket directory, not a host name
+        db_source.hold_connection(conn_id, _socket_url(connection))
+        return
+    hook = connection.get_hook()
     try:
         url = hook.sqlalchemy_url.render_as_string(hide_password=False)
     except (AttributeError, NotImplementedError):
         url = hook.get_uri()
     db_source.hold_connection(conn_id, url)
+
+
+def _socket_url(connection: Any) -> str:
+    """A PostgreSQL connection whose host is a Unix socket directory, as a URL libpq reads
+    (``postgresql://user@/db?host=/run/postgresql&port=5432``): the hook's SQLAlchemy URL
+    would put the directory where a host name goes, and the database name after it."""
+    import sqlalchemy.engine
+
+    query = {"host": connection.host}
+    if connection.port:
+        query["port"] = str(connection.port)
+    url = sqlalchemy.engine.URL.create(
+        "postgresql",
+        username=connection.login or None,
+        password=connection.password or None,
+        database=connection.schema or None,
+        query=query,
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def _checked_table(value: Any) -> str:
