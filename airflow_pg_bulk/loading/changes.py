@@ -4,7 +4,8 @@ after the load.
 
 finalize never counts the target: its cost must not grow with the target's size. The rows
 before come from the catalog's estimate (``pg_class.reltuples``, said to be one), read in one
-statement before the rows become visible; the rows a partition receives are the ledger's total
+statement before the rows become visible (the partitions touched one by one, the others as
+one sum computed by the server); the rows a partition receives are the ledger's total
 (one partition) or counted in the load's own staging partitions (several: one statement, a
 scan of the loaded rows alone)."""
 
@@ -23,23 +24,41 @@ from airflow_pg_bulk.db.driver import (
 )
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.plan.figures import TableChange
-from airflow_pg_bulk.sql.summary import row_estimates, staged_rows
+from airflow_pg_bulk.sql.summary import estimates_around, staged_rows
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Others:
+    """The partitions of a partitioned target that a load does not touch, as one sum.
+
+    :param count: how many there are.
+    :param held: the sum of their known row estimates.
+    :param holding: how many of them hold rows or are unknown (estimate not 0).
+    :param unknown: how many were never analyzed (no estimate).
+    """
+
+    count: int
+    held: int
+    holding: int
+    unknown: int
 
 
 @dataclass(frozen=True)
 class Before:
     """What finalize reads before the rows become visible.
 
-    :param estimates: (schema, name) of the target, or of each of its partitions, to the
-        catalog's row estimate (-1: never analyzed).
+    :param estimates: (schema, name) of the target (not partitioned), or of each partition the
+        load touches, to the catalog's row estimate (-1: never analyzed).
     :param staged: rows per staging partition number (several partitions touched); None:
         one, or not counted.
+    :param others: the partitions the load does not touch (a plain target: none).
     """
 
     estimates: dict[tuple[str, str], int]
     staged: dict[int, int] | None
+    others: Others = Others(0, 0, 0, 0)
 
 
 def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
@@ -49,7 +68,16 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
     t = plan.target
     leaves = t.partitioning.leaves if t.partitioning else ()
     try:
-        estimates = {(s, n): int(r) for s, n, r in execute(conn, row_estimates(t.oid))}
+        touched = [(leaf.definition.schema, leaf.definition.table) for leaf in leaves]
+        estimates = {}
+        others = Others(0, 0, 0, 0)
+        for schema, name, estimate, count, holding, unknown in execute(
+            conn, estimates_around(t.oid, touched)
+        ):
+            if schema is None:
+                others = Others(int(count), int(estimate), int(holding), int(unknown))
+            else:
+                estimates[schema, name] = int(estimate)
         staged = None
         if len(leaves) > 1:
             names = [naming.staging_partition(plan.load_id, n) for n in range(len(leaves))]
@@ -61,7 +89,7 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
             raise
         log.info("Load %s: the summary of changes is left out: %s", plan.load_id, exc)
         return None
-    return Before(estimates, staged)
+    return Before(estimates, staged, others)
 
 
 def _known(estimate: int | None) -> int | None:
@@ -83,7 +111,9 @@ def summary_fields(
     mode = plan.mode
     added = inserted if mode.keyed else rows
     leaves = t.partitioning.leaves if t.partitioning else ()
-    everything = [_known(e) for e in before.estimates.values()]
+    others = before.others
+    held = None if others.unknown else others.held  # the untouched partitions' rows
+    everything = [_known(e) for e in before.estimates.values()] + [held]
     whole = None if None in everything else sum(everything)  # type: ignore[arg-type]
     if not leaves:  # a plain table, or an upsert (in place, through the parent)
         action = "upserted into" if mode.keyed else "appended to"
@@ -97,10 +127,8 @@ def summary_fields(
             "table_rows_estimated": change.after_estimated,
         }
     changes = []
-    touched = set()
     for number, leaf in enumerate(leaves):
         key = (leaf.definition.schema, leaf.definition.table)
-        touched.add(key)
         was = _known(before.estimates.get(key, -1))
         got = rows if len(leaves) == 1 else (before.staged or {}).get(number)
         name = f"{key[0]}.{key[1]}"
@@ -108,15 +136,12 @@ def summary_fields(
             changes.append(TableChange(name, "replaced", was, got))
         else:
             changes.append(TableChange(name, "appended to", was, _plus(was, got), True, True))
-    others = [_known(e) for k, e in before.estimates.items() if k not in touched]
     if mode.whole_target:
-        emptied = [e for e in others if e != 0]
-        if emptied:
-            held = None if None in emptied else sum(emptied)  # type: ignore[arg-type]
-            label = f"{len(emptied)} other table partitions of {t.qualified}"
+        if others.holding:
+            label = f"{others.holding} other table partitions of {t.qualified}"
             changes.append(TableChange(label, "emptied", held, 0))
         return {"changes": tuple(changes), "table_rows": rows, "table_rows_estimated": False}
-    afters = [c.rows_after for c in changes] + others
+    afters = [c.rows_after for c in changes] + [held]
     total = None if None in afters else sum(afters)  # type: ignore[arg-type]
-    estimated = bool(others) or any(c.after_estimated for c in changes)
+    estimated = bool(others.count) or any(c.after_estimated for c in changes)
     return {"changes": tuple(changes), "table_rows": total, "table_rows_estimated": estimated}

@@ -24,6 +24,34 @@ def row_estimates(oid: int) -> Composed:
     ).format(o=Literal(oid))
 
 
+def estimates_around(oid: int, touched: Sequence[tuple[str, str]]) -> Composed:
+    """The catalog's row estimates that a load's summary needs, in one statement that
+    returns a row per table it names and one for the rest, whatever the number of
+    partitions: (schema, name, reltuples) of the table ``oid`` when it is not partitioned and
+    of each partition in ``touched`` ((schema, name)), then one row (NULL, NULL, the sum of
+    the other partitions' known estimates, how many others there are, how many of them hold
+    rows or are unknown, how many are unknown: never analyzed, -1). The touched rows carry
+    NULL in the last three columns. Locks nothing."""
+    pairs = SQL(", ").join(
+        SQL("({}, {})").format(Literal(schema), Literal(name)) for schema, name in touched
+    )
+    mine = SQL("(n.nspname, c.relname) IN ({})").format(pairs) if touched else SQL("false")
+    return SQL(
+        "SELECT n.nspname::text, c.relname::text, c.reltuples::bigint,"
+        " NULL::bigint, NULL::bigint, NULL::bigint FROM pg_class c"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE (c.oid = {o} AND c.relkind <> 'p')"
+        " OR (c.oid IN (SELECT i.inhrelid FROM pg_inherits i WHERE i.inhparent = {o}) AND {mine})"
+        " UNION ALL"
+        " SELECT NULL, NULL, coalesce(sum(c.reltuples) FILTER (WHERE c.reltuples > 0), 0)::bigint,"
+        " count(*), count(*) FILTER (WHERE c.reltuples <> 0),"
+        " count(*) FILTER (WHERE c.reltuples < 0)"
+        " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
+        " JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE i.inhparent = {o} AND NOT {mine}"
+    ).format(o=Literal(oid), mine=mine)
+
+
 def staged_rows(schema: str, tables: Sequence[str]) -> Composed:
     """(position in ``tables``, rows) of each of the load's own tables: one statement, a scan
     of the loaded rows only."""

@@ -37,8 +37,9 @@ def capture(
 
     A partitioned target (one level of declarative partitioning) is captured with its key
     only (see :func:`_partitioning`: the cost does not grow with its number of
-    partitions); ``as_partition``: the table is a leaf partition, captured as a part of its
-    parent's definition (:func:`capture_leaves`)."""
+    partitions), and without its grants, dependent views and other dependents (no load
+    swaps a partitioned table itself); ``as_partition``: the table is a leaf partition,
+    captured as a part of its parent's definition (:func:`capture_leaves`)."""
     execute(conn, sql.pin_search_path())
     rows = execute(conn, sql.find_table(schema, table))
     if not rows:
@@ -66,27 +67,40 @@ def capture(
         sql.table_indexes(oid),
         sql.table_constraints(oid),
         sql.table_triggers(oid),
-        sql.table_grants(oid),
         sql.referencing_keys(oid),
         sql.owned_sequences(oid),
-        sql.dependent_views(oid),
-        sql.unsupported_dependents(oid),
     ]
     if partitioned:
+        # a partitioned target stays in place (its partitions are loaded, swapped or
+        # emptied): its grants, the views that read it and the other objects that depend
+        # on it are what a swap of the whole table would have to carry over, and no load
+        # swaps it. Not read: in the dependency catalog each partition is one of its
+        # dependents, which made this capture grow with their number
         queries += [sql.partition_key(oid), sql.unsupported_partition(oid)]
+    else:
+        queries += [
+            sql.table_grants(oid),
+            sql.dependent_views(oid),
+            sql.unsupported_dependents(oid),
+        ]
     # one round trip for all of them (they were one each: 11 statements per capture)
     (
         column_rows,
         index_rows,
         constraint_rows,
         trigger_rows,
-        grant_rows,
         referencing_rows,
         sequence_rows,
-        view_rows,
-        blocker_rows,
-        *partition_rows,
+        *rest,
     ) = rows_of_each(conn, queries)
+    grant_rows: list[tuple] = []
+    view_rows: list[tuple] = []
+    blocker_rows: list[tuple] = []
+    partition_rows: list[list[tuple]] = []
+    if partitioned:
+        partition_rows = rest
+    else:
+        grant_rows, view_rows, blocker_rows = rest
     columns = []
     column_comments = {}
     for name, type_, not_null, generated, identity, col_comment in column_rows:
