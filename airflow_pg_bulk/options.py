@@ -151,9 +151,11 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "split_by", str, None,
-        "with a database source: a column (integer, date or timestamp) whose range, from its "
-        "min to its max, is cut into `partitions` equal ranges, one COPY stream each (rows "
-        "with a NULL key go to the first); each range is its own statement on the source",
+        "with a database source: a column (integer, date or timestamp) cut at its quantiles "
+        "into `partitions` ranges of about equal row counts, a skewed key too (a PostgreSQL "
+        "table's ANALYZE histogram where it covers every row, else `ntile` over the key), "
+        "one COPY stream each (rows with a NULL key go to the first); each range is its own "
+        "statement on the source",
         "none: one COPY stream", "request",
     ),
     LoadOption(

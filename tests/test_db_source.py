@@ -6,7 +6,9 @@ be reached leave the target untouched."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
@@ -795,3 +797,82 @@ def test_create_target_from_a_sqlite_table_maps_its_types_through_sqlalchemy(
             db.ident("from_sqlite")
         )
     ) == [("one", "12.50", b"\x00\xff", "2026-11-20 10:00:00", True)]
+
+
+# --- a skewed split key: ranges cut at its quantiles -----------------------------------------
+
+SKEWED_ROWS = 10_000
+
+
+@contextlib.contextmanager
+def _skewed_source(kind: str, request: pytest.FixtureRequest) -> Iterator[tuple[str, dict]]:
+    """A source (its URL) with table ``skewed`` (id, k): 9,000 keys 1..9,000, then 1,000
+    spread from 10,000 to 1,009,000 (by min and max, one range of four would hold 9,000+
+    rows); ``source_table`` or a ``query`` over it."""
+    import sqlalchemy
+    from mariadb import database_on
+
+    if kind == "mariadb":
+        context: Any = database_on(request.getfixturevalue("mariadb"))
+    else:
+        context = contextlib.nullcontext(
+            request.getfixturevalue("source_pg" if kind.startswith("postgres") else "source_sqlite")
+        )
+    with context as url:
+        engine = sqlalchemy.create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE IF EXISTS skewed")
+                conn.exec_driver_sql("CREATE TABLE skewed (id int PRIMARY KEY, k int)")
+                conn.execute(
+                    sqlalchemy.text("INSERT INTO skewed VALUES (:id, :k)"),
+                    [{"id": i, "k": i if i <= 9000 else 10_000 + (i - 9000) * 1000}
+                     for i in range(1, SKEWED_ROWS + 1)],
+                )  # fmt: skip
+                if kind == "postgres analyzed table":
+                    conn.exec_driver_sql("ANALYZE skewed")
+                    # the histogram covers every row: the ranges are cut at its bounds
+                    assert conn.exec_driver_sql(
+                        "SELECT most_common_vals IS NULL FROM pg_stats WHERE tablename ="
+                        " 'skewed' AND attname = 'k' AND histogram_bounds IS NOT NULL"
+                    ).all() == [(True,)]
+            if kind in ("postgres analyzed table", "sqlite"):
+                yield url, {"source_table": "skewed"}
+            else:
+                yield url, {"query": "SELECT id, k FROM skewed"}
+        finally:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE skewed")
+            engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["postgres query", "postgres analyzed table", "sqlite", "mariadb"])
+def test_a_skewed_split_key_gives_ranges_of_even_row_counts(
+    kind: str,
+    request: pytest.FixtureRequest,
+    db: Any,
+    connect: Callable[[], Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ranges cut at the key's quantiles (a PostgreSQL table: its ANALYZE histogram; else
+    ntile): four ranges of 2,500 rows give or take a fifth, where
+    ranges of equal width from min to max would put 9,242 rows in the first and 250 or so in
+    each other; every row arrives exactly once."""
+    db.run(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, k int)").format(
+        db.ident("s")))  # fmt: skip
+    with (
+        _skewed_source(kind, request) as (url, what),
+        caplog.at_level("INFO", logger="airflow_pg_bulk"),
+    ):
+        summary = load(connect, db.table("s"), mode="replace", source_url=url,
+                       split_by="k", partitions=4, **what)  # fmt: skip
+    counts = [
+        int(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r": read (\d+) rows .*, k in \[", r.getMessage()))
+    ]
+    assert summary.rows == SKEWED_ROWS and sum(counts) == SKEWED_ROWS
+    assert len(counts) == 4 and max(counts) <= 1.2 * min(counts), counts
+    assert db.run(
+        sql.SQL("SELECT count(*), count(DISTINCT id), sum(id) FROM {}").format(db.ident("s"))
+    ) == [(SKEWED_ROWS, SKEWED_ROWS, SKEWED_ROWS * (SKEWED_ROWS + 1) // 2)]

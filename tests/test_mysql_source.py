@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from mariadb import database_on, mariadb_server
+from mariadb import database_on
 from psycopg import sql
 from servers import require
 
@@ -27,13 +27,6 @@ AWKWARD = [
     None, "", "tab\there", "line\nbreak", "carriage\rreturn", "back\\slash", "\\N", "\\.",
     "ends with backslash\\", "naïve café 日本語 🚀", "quote \" and ' and ,",
 ]  # fmt: skip
-
-
-@pytest.fixture(scope="session")
-def mariadb() -> Iterator[str]:
-    """A MariaDB/MySQL server's URL (no database)."""
-    with mariadb_server() as url:
-        yield url
 
 
 def _run(url: str, *statements: str, rows: list[tuple[Any, ...]] | None = None) -> None:

@@ -17,13 +17,14 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
 
 What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
 statement, so it sees one snapshot of the source. With ``split_by`` each range of the key
-(:func:`airflow_pg_bulk.plan.planning.key_ranges`) is a statement of its own, in a session of
-its own:
+(:func:`airflow_pg_bulk.plan.planning.quantile_ranges`: cut at the key's quantiles, so a
+skewed key still gives ranges of about equal row counts) is a statement of its own, in a
+session of its own:
 
 - **In one process** (the CLI, :func:`airflow_pg_bulk.runner.load`, ``dag.test()``), a
   PostgreSQL source's ranges all read one snapshot, as pgcopydb does: prepare opens a
   REPEATABLE READ session on the source, exports its snapshot (``pg_export_snapshot``), reads
-  the key's min and max in it, and holds it in this process (:func:`_export`); each range's
+  the key's quantiles in it, and holds it in this process (:func:`_export`); each range's
   session imports it (``SET TRANSACTION SNAPSHOT``); the holding session ends after the last
   range is read (or when the process exits: :func:`release_snapshots`).
 - **As separate Airflow COPY tasks** (other processes, later), the prepare task's session has
@@ -197,22 +198,48 @@ _SNAPSHOTS: dict[str, _Held] = {}
 _SNAPSHOTS_LOCK = threading.Lock()
 
 
-def _export(source: DatabaseSource) -> tuple[str, Any, Any]:
+def _export(source: DatabaseSource, count: int) -> tuple[str, tuple[Any, ...]]:
     """Open a session on a PostgreSQL source, export its snapshot and hold it in this process;
-    the split key's min and max read in that snapshot. Returns ``(snapshot, min, max)``."""
+    the split key's quantiles read in that snapshot (:func:`_postgres_quantiles`). Returns
+    ``(snapshot, (min, cut, cut, ...))``."""
     assert source.split_by is not None
     conn = _open_postgres(source.name)
     try:
         driver.execute(conn, source_sql.repeatable_read())
         snapshot = driver.execute(conn, source_sql.export_snapshot())[0][0]
-        select = source_sql.source_select(source.query, source.table)
-        low, high = driver.execute(conn, source_sql.key_bounds(select, source.split_by))[0]
+        quantiles = _postgres_quantiles(conn, source, count)
     except BaseException:
         driver.close_cancelling(conn)
         raise
     with _SNAPSHOTS_LOCK:
         _SNAPSHOTS[snapshot] = _Held(conn)
-    return snapshot, low, high
+    return snapshot, quantiles
+
+
+def _postgres_quantiles(conn: Any, source: DatabaseSource, count: int) -> tuple[Any, ...]:
+    """A PostgreSQL source's split key cut into ``count`` ranges of about equal row counts:
+    ``(min, cut, ...)``. For a table whose column ANALYZE gave a histogram covering every
+    row, its bounds (no row read: the ranges as even as the statistics are fresh); otherwise
+    ``ntile`` over the rows (:func:`airflow_pg_bulk.sql.source.key_quantiles`)."""
+    assert source.split_by is not None
+    if source.table is not None and count > 1:
+        found = driver.execute(conn, source_sql.key_histogram(source.table, source.split_by))
+        bounds = [_statistic_value(v) for v in found[0][0]] if found else []
+        if len(bounds) >= count:
+            last = len(bounds) - 1
+            return (bounds[0], *(bounds[i * last // count] for i in range(1, count)))
+    select = source_sql.source_select(source.query, source.table)
+    firsts = driver.execute(conn, source_sql.key_quantiles(select, source.split_by, count))
+    return tuple(row[0] for row in firsts) or (None,)
+
+
+def _statistic_value(text: str) -> Any:
+    """A histogram bound (text) as the key's value: an integer, or the date's or timestamp's
+    ISO text (:func:`airflow_pg_bulk.plan.planning.quantile_ranges` reads both)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _held(snapshot: str | None) -> str | None:
@@ -288,9 +315,11 @@ class DatabaseFormat:
     """A query or table on another database, as prepare and the COPY step use it (the
     :class:`~airflow_pg_bulk.source.formats.Format` protocol).
 
-    :param source: what is read, and where (its columns unknown until :meth:`match`)."""
+    :param source: what is read, and where (its columns unknown until :meth:`match`).
+    :param ranges: with ``split_by``, how many ranges to cut its key into (``partitions``)."""
 
     source: DatabaseSource
+    ranges: int = 1
 
     @classmethod
     def of_request(cls, request: LoadRequest) -> DatabaseFormat:
@@ -309,7 +338,8 @@ class DatabaseFormat:
                 request.query,
                 request.source_table,
                 split_by=request.split_by or None,
-            )
+            ),
+            ranges=request.partitions or 1,
         )
 
     @property
@@ -337,15 +367,13 @@ class DatabaseFormat:
                 f"{self.source.name} (its columns: {list(names)}); nothing was changed"
             )
         source = dataclasses.replace(self.source, columns=names)
-        bounds = None
+        quantiles = None
         if source.split_by and source.postgres:
-            snapshot, *bounds = _export(source)
+            snapshot, quantiles = _export(source, self.ranges)
             source = dataclasses.replace(source, snapshot=snapshot)
         elif source.split_by:
-            bounds = list(key_bounds(source))
-        return Matched(
-            tuple(matched), database=source, key_bounds=tuple(bounds) if bounds else None
-        )
+            quantiles = key_quantiles(source, self.ranges)
+        return Matched(tuple(matched), database=source, key_bounds=quantiles)
 
     def columns(
         self, request: LoadRequest, target: TargetDefinition, matched: Matched
@@ -357,11 +385,12 @@ class DatabaseFormat:
         self, files: Sequence[SourceFile], partitions: int, matched: Matched
     ) -> list[Partition]:
         """One COPY stream: the whole query, read in one statement (one snapshot); split by a
-        column, one per range of it (:func:`airflow_pg_bulk.plan.planning.key_ranges` of its
-        min and max), each read in a statement of its own."""
+        column, one per range of it between its quantiles
+        (:func:`airflow_pg_bulk.plan.planning.quantile_ranges`: about equal row counts, a
+        skewed key too), each read in a statement of its own."""
         ranges: list[tuple[Any, Any]] = [(None, None)]
         if matched.key_bounds is not None:
-            ranges = planning.key_ranges(*matched.key_bounds, partitions)
+            ranges = planning.quantile_ranges(matched.key_bounds[0], matched.key_bounds[1:])
         source = matched.database
         if source is not None and source.snapshot in _SNAPSHOTS:
             _SNAPSHOTS[source.snapshot].ranges = len(ranges)  # type: ignore[index]
@@ -410,19 +439,22 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
             raise _query_refused(source, _reason(exc, _url(source.name))) from None
 
 
-def key_bounds(source: DatabaseSource) -> tuple[Any, Any]:
-    """The split key's min and max over the rows of a source read through SQLAlchemy (a
+def key_quantiles(source: DatabaseSource, count: int) -> tuple[Any, ...]:
+    """The split key of a source read through SQLAlchemy cut into ``count`` ranges of about
+    equal row counts: ``(min, cut, ...)``, the smallest key of each ``ntile`` bucket (a
     PostgreSQL source's are read in its exported snapshot: :func:`_export`)."""
     assert source.split_by is not None
     try:
         with _alchemy(source.name) as conn:
-            statement = source_sql.alchemy_key_bounds(source.query, source.table, source.split_by)
-            row = tuple(conn.execute(statement).one())
+            statement = source_sql.alchemy_key_quantiles(
+                source.query, source.table, source.split_by, count
+            )
+            firsts = tuple(row[0] for row in conn.execute(statement))
     except PgBulkError:
         raise
     except Exception as exc:
         raise _query_refused(source, _reason(exc, _url(source.name))) from None
-    return row[0], row[1]
+    return firsts or (None,)
 
 
 def _query_refused(source: DatabaseSource, reason: str) -> LoadRefusedError:

@@ -267,6 +267,22 @@ def key_ranges(low: object, high: object, count: int) -> list[tuple[KeyValue, Ke
     return list(itertools.pairwise(bounds))
 
 
+def quantile_ranges(first: object, cuts: Sequence[object]) -> list[tuple[KeyValue, KeyValue]]:
+    """The ranges a database source split by a column is read in, from the key's quantiles:
+    ``first`` its smallest value, ``cuts`` the values that start each later range (the
+    source's quantiles of the key, in order), so a skewed key still gives ranges of about
+    equal row counts. Cuts repeated (one value holding several quantiles) or not above
+    ``first`` are dropped: fewer ranges, none empty by construction. The first range has no
+    low (it also takes the NULL keys), the last no high, as in :func:`key_ranges`."""
+    if first is None:  # no rows, or only NULL keys: one range takes them all
+        return [(None, None)]
+    to_number, from_number = _key_scale(first)
+    floor = to_number(first)
+    numbers = sorted({n for n in (to_number(c) for c in cuts if c is not None) if n > floor})
+    bounds: list[KeyValue] = [None, *(from_number(n) for n in numbers), None]
+    return list(itertools.pairwise(bounds))
+
+
 _EPOCH = datetime.datetime(1970, 1, 1)
 _MICROSECOND = datetime.timedelta(microseconds=1)
 
