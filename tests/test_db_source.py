@@ -323,7 +323,12 @@ def test_source_failing_midway_leaves_target_untouched(
         )
     assert db.checksum("t") == before
     # a value the target's column does not take: the source, the range, the row, the column
-    with pytest.raises(BadDataError, match=r"day in \[2026-01-02, 2026-01-03\), row \d+ .*amount"):
+    # and the split key's value of that row, re-read from the source
+    rejected = (
+        r"day in \[2026-01-02, 2026-01-03\), row \d+ of its COPY stream, day = 2026-01-02,"
+        r" column amount"
+    )
+    with pytest.raises(BadDataError, match=rejected):
         load(
             connect, table, mode="replace", source_url=source_pg, split_by="day", partitions=3,
             query="SELECT id, day, v, CASE WHEN id = 2998 THEN 'many' ELSE '1' END AS amount"

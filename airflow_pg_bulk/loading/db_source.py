@@ -75,7 +75,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     planning,
 )
-from airflow_pg_bulk.source import header, records
+from airflow_pg_bulk.source import copy_text, header, records
 from airflow_pg_bulk.source.copy_text import TextRows
 from airflow_pg_bulk.source.formats import Matched
 from airflow_pg_bulk.source.listing import SourceFile
@@ -537,10 +537,17 @@ def copy_piece(
 
 
 def _range_text(source: DatabaseSource, bounds: tuple[Any, Any]) -> str:
-    """``, day in [2026-01-01, 2026-01-02)`` for a split source's range; empty otherwise."""
-    if not source.split_by:
+    """``, day in [2026-01-01, 2026-01-02)`` for a split source's range (the first:
+    ``day < 2026-01-02 or NULL``, the last: ``day >= 2026-01-02``); empty otherwise."""
+    key = source.split_by
+    low, high = bounds
+    if not key or (low is None and high is None):
         return ""
-    return f", {source.split_by} in [{bounds[0]}, {bounds[1]})"
+    if low is None:
+        return f", {key} < {high} or NULL"
+    if high is None:
+        return f", {key} >= {low}"
+    return f", {key} in [{low}, {high})"
 
 
 def _copy_in(
@@ -578,10 +585,54 @@ def _copy_in(
                 row, column, value = parse_copy_context(err.context)
                 where = f"source {source.name}{_range_text(source, bounds)}"
                 where += f", row {row} of its COPY stream" if row is not None else ""
+                where += _rejected_key(plan, bounds, row, column, value)
                 raise translate.bad_value(
                     err, plan, source.name, where, column, value, row
                 ) from None
         raise
+
+
+def _rejected_key(
+    plan: LoadPlan,
+    bounds: tuple[Any, Any],
+    row: int | None,
+    column: str | None,
+    value: str | None,
+) -> str:
+    """``", id = 2998"``: the split key of the row COPY rejected, re-read from the source (its
+    row ``row`` of the range, in the order the source returns it; in the held snapshot for a
+    PostgreSQL source read in-process). Said only when the re-read row's value in the
+    rejected column is the one COPY rejected (a source whose order changed in between gives
+    nothing rather than a wrong key); empty without a split key, or when it cannot be read."""
+    source = plan.database
+    assert source is not None
+    if not source.split_by or row is None or column not in plan.columns or value is None:
+        return ""
+    name = source.columns[plan.columns.index(column)] if source.columns else column
+    try:
+        if source.postgres:
+            select = source_sql.key_range(
+                source_sql.source_select(source.query, source.table), source.split_by, *bounds
+            )
+            with _postgres(source.name, _held(source.snapshot)) as src:
+                found = driver.execute(
+                    src, source_sql.row_at(select, source.split_by, name, row - 1)
+                )
+            key, text = found[0] if found else (None, None)
+        else:
+            statement = source_sql.alchemy_row_at(
+                source.query, source.table, source.split_by, name, bounds, row - 1
+            )
+            with _alchemy(source.name) as src:
+                key, got = src.execute(statement).one()
+            text = got if isinstance(got, str) else copy_text.field(got)
+    except Exception as exc:
+        log.info("Load %s: the rejected row's key could not be re-read: %s", plan.load_id, exc)
+        return ""
+    shown = value[:-3] if value.endswith("...") else value  # the server truncates long values
+    if text is None or not text.startswith(shown) or (shown == value and text != value):
+        return ""
+    return f", {source.split_by} = {key}"
 
 
 # --- create_target ----------------------------------------------------------------------------

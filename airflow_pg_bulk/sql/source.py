@@ -146,6 +146,36 @@ def alchemy_key_range(
     )
 
 
+def row_at(select: Composable, key: str, column: str, offset: int) -> Composed:
+    """The split key and ``column`` (as text) of the source's row after ``offset`` rows, in
+    the order the source returns them: a rejected row's key, re-read for its error."""
+    return SQL("SELECT {}, {}::text FROM ({}) AS pgbulk_source OFFSET {} LIMIT 1").format(
+        Identifier(key), Identifier(column), select, Literal(offset)
+    )
+
+
+def alchemy_row_at(
+    query: str | None,
+    table: str | None,
+    key: str,
+    column: str,
+    bounds: tuple[Any, Any],
+    offset: int,
+) -> Any:
+    """:func:`row_at` through SQLAlchemy, in one range of the key."""
+    import sqlalchemy
+
+    rows = alchemy_key_range(query, table, key, *bounds)
+    if bounds == (None, None):
+        rows = rows.columns() if table is None else rows
+    return (
+        sqlalchemy.select(sqlalchemy.column(key), sqlalchemy.column(column))
+        .select_from(rows.subquery("pgbulk_range"))
+        .offset(offset)
+        .limit(1)
+    )
+
+
 def repeatable_read() -> Composed:
     """The transaction's isolation: one snapshot for all its statements (a source session that
     exports or imports a snapshot)."""
