@@ -16,7 +16,7 @@ from mariadb import database_on
 from psycopg import sql
 from servers import require
 
-from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.loading.db_source import SourceReadError
 from airflow_pg_bulk.runner import load
 
@@ -203,3 +203,57 @@ def test_an_airflow_mysql_connection_without_its_provider(
     summary = load(connect, table, mode="replace", source_conn_id="pg_bulk_maria",
                    query="SELECT * FROM src WHERE day = '2026-01-03'")  # fmt: skip
     assert summary.rows == 1000 == _count(db, "t", "day = '2026-01-03'")
+
+
+def test_create_target_from_a_mariadb_table(
+    db: Any, connect: Callable[[], Any], source_maria: str
+) -> None:
+    """MariaDB's declared types mapped through SQLAlchemy's reflection to PostgreSQL's (an
+    unsigned integer one size wider, an enum as text, JSON's collation dropped); NOT NULL and
+    the primary key (in key order) carried; no default; rows loaded; an existing target not
+    altered; a query's types are not taken from a database other than PostgreSQL."""
+    _run(
+        source_maria,
+        "DROP TABLE IF EXISTS typed",
+        "CREATE TABLE typed (id bigint NOT NULL, name varchar(40) NOT NULL, price decimal(10,2),"
+        " ratio double, data blob, note text, at datetime(6), day date, small smallint,"
+        " u int unsigned, big bigint unsigned, mood enum('sad', 'happy'), doc json,"
+        " label varchar(10) DEFAULT 'x', PRIMARY KEY (name, id))",
+        "INSERT INTO typed VALUES (1, 'one', 12.5, 0.25, x'00ff', 'naïve', '2026-11-20 10:00:00.5',"
+        " '2026-11-20', -3, 4294967295, 18446744073709551615, 'happy', '{\"k\": [1, 2]}', 'l')",
+    )
+    table = db.table("from_maria")
+    summary = load(connect, table, mode="replace", source_url=source_maria,
+                   source_table="typed", create_target=True)  # fmt: skip
+    assert summary.rows == 1
+    catalog = (
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    )
+    assert db.run(catalog, table) == [
+        ("id", "bigint", True), ("name", "character varying(40)", True),
+        ("price", "numeric(10,2)", False), ("ratio", "double precision", False),
+        ("data", "bytea", False), ("note", "text", False),
+        ("at", "timestamp without time zone", False), ("day", "date", False),
+        ("small", "smallint", False), ("u", "bigint", False), ("big", "numeric(20,0)", False),
+        ("mood", "text", False), ("doc", "character varying", False),
+        ("label", "character varying(10)", False),
+    ]  # fmt: skip
+    assert db.run(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass",
+        table,
+    ) == [("PRIMARY KEY (name, id)",)]
+    assert db.scalar("SELECT count(*) FROM pg_attrdef WHERE adrelid = %s::regclass", table) == 0
+    assert db.run(
+        sql.SQL("SELECT price::text, data, note, at::text, u, big::text, mood, doc::jsonb"
+                " FROM {}").format(db.ident("from_maria"))
+    ) == [("12.50", b"\x00\xff", "naïve", "2026-11-20 10:00:00.5", 4294967295,
+           "18446744073709551615", "happy", {"k": [1, 2]})]  # fmt: skip
+    before = db.run(catalog, table)
+    load(connect, table, mode="append", source_url=source_maria, create_target=True,
+         query="SELECT id + 1 AS id, 'two' AS name FROM typed")  # fmt: skip
+    assert db.run(catalog, table) == before and _count(db, "from_maria") == 2
+    with pytest.raises(LoadRefusedError, match="from a PostgreSQL source only"):
+        load(connect, db.table("never"), mode="replace", source_url=source_maria,
+             query="SELECT * FROM typed", create_target=True)  # fmt: skip
+    assert db.scalar("SELECT to_regclass(%s)", db.table("never")) is None

@@ -638,57 +638,31 @@ def _rejected_key(
 # --- create_target ----------------------------------------------------------------------------
 
 
-def create_target_if_missing(
-    conn: Any, request: LoadRequest, load_id: str, schema: str, table: str
-) -> bool:
-    """``create_target``: when ``schema.table`` does not exist, create it (committed) from a
-    PostgreSQL source's columns, each of the exact type the source server renders
-    (``format_type`` of the result column's type and modifier: numeric precision, arrays,
-    json, timestamptz), an enum as ``text`` (its type is not on the target); for
-    ``source_table`` also its NOT NULL columns and its primary key; nothing else (no default,
-    index, other constraint). An existing target is left exactly as it is. Returns whether it
-    was created."""
-    driver.execute(conn, sql.pin_search_path())
-    exists = bool(driver.execute(conn, sql.find_table(schema, table)))
-    conn.rollback()
-    if exists:
-        return False
+#: a source's schema as create_target takes it: ``(name, PostgreSQL type text, NOT NULL)`` per
+#: column, and the primary key's columns in key order (may be empty)
+Schema = tuple[list[tuple[str, str, bool]], list[str]]
+
+
+def source_schema(request: LoadRequest) -> tuple[Schema, str]:
+    """``create_target``'s columns and key from the database source a request names, and the
+    source in words: a PostgreSQL source's exact types (``format_type`` of each result
+    column's type and modifier: numeric precision, arrays, json, timestamptz), an enum as
+    ``text`` (its type is not on the target); another database's ``source_table`` as
+    SQLAlchemy reflects it (:func:`_alchemy_schema`); for ``source_table`` also its NOT NULL
+    columns and primary key."""
     source = DatabaseFormat.of_request(request).source
     if not source.postgres and source.table is None:
         raise LoadRefusedError(
-            f"target table {schema}.{table} does not exist, and create_target takes the types "
+            f"target table {request.table} does not exist, and create_target takes the types "
             f"of a query's columns from a PostgreSQL source only (the source {source.name} is "
             "not PostgreSQL); nothing was changed. Give source_table (its declared types are "
             "mapped through SQLAlchemy), or create the table first"
         )
-    columns, key = _source_schema(source) if source.postgres else _alchemy_schema(source)
-    types = [t for _, t, _ in columns]
-    unknown = [t for t, known in driver.execute(conn, source_sql.known_types(types)) if not known]
-    if unknown:
-        conn.rollback()
-        raise LoadRefusedError(
-            f"create_target: the target database has no type {', '.join(unknown)} (a type of "
-            f"the source's columns); nothing was changed. Create {schema}.{table} first"
-        )
-    try:
-        driver.execute(conn, source_sql.create_target(schema, table, columns, key))
-        conn.commit()
-    except BaseException:
-        driver.rollback_quietly(conn)
-        raise
-    log.info(
-        "Load %s: created the target %s.%s (create_target) from %s: %s%s",
-        load_id,
-        schema,
-        table,
-        source.describe(),
-        ", ".join(f"{n} {t}{' NOT NULL' if nn else ''}" for n, t, nn in columns),
-        f"; primary key ({', '.join(key)})" if key else "",
-    )
-    return True
+    schema = _source_schema(source) if source.postgres else _alchemy_schema(source)
+    return schema, source.describe()
 
 
-def _source_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+def _source_schema(source: DatabaseSource) -> Schema:
     """The source's result columns (name, type text, NOT NULL) and primary key columns."""
     select = source_sql.source_select(source.query, source.table)
     with _postgres(source.name) as conn:
@@ -716,12 +690,34 @@ def _source_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]],
     return columns, key
 
 
-def _alchemy_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+def _postgres_type(declared: Any) -> Any:
+    """A reflected column type as the generic SQLAlchemy type PostgreSQL's dialect renders:
+    its ``as_generic()``, except where that would lose values or not be PostgreSQL: an
+    unsigned integer (MySQL) one size wider (``int unsigned`` -> ``bigint``, ``bigint
+    unsigned`` -> ``numeric(20)``), an enum as ``text`` (its type is not on the target, as for
+    a PostgreSQL source), a string without the source's collation (``utf8mb4_bin``)."""
+    import sqlalchemy
+
+    generic = declared.as_generic()
+    if isinstance(generic, sqlalchemy.Enum):
+        return sqlalchemy.Text()
+    if getattr(declared, "unsigned", False) and isinstance(generic, sqlalchemy.Integer):
+        if isinstance(generic, sqlalchemy.BigInteger):
+            return sqlalchemy.Numeric(20, 0)
+        if isinstance(generic, sqlalchemy.SmallInteger):
+            return sqlalchemy.Integer()
+        return sqlalchemy.BigInteger()
+    if getattr(generic, "collation", None):
+        generic.collation = None
+    return generic
+
+
+def _alchemy_schema(source: DatabaseSource) -> Schema:
     """Another database's table, as SQLAlchemy reflects it: each column's declared type made
-    generic (``BLOB`` -> ``LargeBinary``) and rendered by SQLAlchemy's PostgreSQL dialect
-    (``bytea``, ``NUMERIC(10, 2)``, ``VARCHAR(20)``, ``TIMESTAMP WITHOUT TIME ZONE``); a
-    column with no type SQLAlchemy knows is refused, not guessed. NOT NULL and the primary
-    key from the reflection."""
+    generic (``BLOB`` -> ``LargeBinary``: :func:`_postgres_type`) and rendered by
+    SQLAlchemy's PostgreSQL dialect (``bytea``, ``NUMERIC(10, 2)``, ``VARCHAR(20)``,
+    ``TIMESTAMP WITHOUT TIME ZONE``); a column with no type SQLAlchemy knows is refused, not
+    guessed. NOT NULL and the primary key from the reflection."""
     import sqlalchemy
     from sqlalchemy.dialects import postgresql
 
@@ -738,7 +734,7 @@ def _alchemy_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]]
     columns = []
     for column in reflected:
         try:
-            rendered = column["type"].as_generic().compile(dialect=dialect)
+            rendered = _postgres_type(column["type"]).compile(dialect=dialect)
         except Exception:
             raise LoadRefusedError(
                 f"create_target: the source column {column['name']} of {source.table} has a "
