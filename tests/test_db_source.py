@@ -643,6 +643,69 @@ def test_nightly_example_loads_each_day_into_its_partition_only(
         )
 
 
+@pytest.mark.dag_run
+def test_nightly_sqlite_example_merges_each_days_readings(
+    airflow_db: str, db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dags_examples/nightly_from_sqlite.py through a ``sqlite`` Airflow connection (its DB-API
+    hook's URL), run on the nights of 21 and 22 November: each run upserts exactly the
+    readings recorded on the day before (the day's first instant in, the next day's out); a
+    night run again takes a reading re-sent with a new value in place of the old one; two
+    COPY tasks each night (split by id)."""
+    import json
+
+    import pendulum
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+    path = tmp_path / "device.db"
+    readings = [  # one every 10 minutes from 19 November 00:00 to 22 November 23:50, UTC
+        (n, f"sensor {n % 5}", n / 4, f"2026-11-{19 + n // 144} {n % 144 // 6:02d}:{n % 6}0:00")
+        for n in range(4 * 144)
+    ]
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE readings (id integer PRIMARY KEY, sensor text NOT NULL,"
+                     " reading real, recorded_at text NOT NULL)")  # fmt: skip
+        conn.executemany("INSERT INTO readings VALUES (?, ?, ?, ?)", readings)
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE", airflow_connection_json(db.dsn))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PG_BULK_EXAMPLE_SQLITE",
+        json.dumps({"conn_type": "sqlite", "host": str(path)}),
+    )
+    db.run(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, sensor text NOT NULL,"
+                   " reading double precision, recorded_at timestamp)")
+           .format(db.ident("readings")))  # fmt: skip
+    examples = Path(__file__).resolve().parent.parent / "dags_examples"
+    dag = DagBag(dag_folder=str(examples)).get_dag("example_pg_bulk_nightly_from_sqlite")
+    conf = {"table": db.table("readings"), "source_table": "readings"}
+
+    def night(day: str) -> None:
+        at = pendulum.parse(f"{day}T00:00:00Z").add(days=1)
+        run = dag.test(run_after=at, logical_date=at, run_conf=conf)
+        states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+        assert run.state == "success", states
+        assert sum(1 for task, _ in states if task == "merge_day.copy") == 2
+
+    def loaded() -> list[tuple[Any, ...]]:
+        return db.run(sql.SQL("SELECT id, sensor, reading, recorded_at::text FROM {}"
+                              " ORDER BY id").format(db.ident("readings")))  # fmt: skip
+
+    night("2026-11-20")
+    assert loaded() == [r for r in readings if r[3].startswith("2026-11-20")]
+    assert len(loaded()) == 144
+    with sqlite3.connect(path) as conn:  # the device re-sends one reading of the 20th
+        conn.execute("UPDATE readings SET reading = -1 WHERE id = 150")
+    night("2026-11-20")  # the night run again (a retry, a cleared run)
+    night("2026-11-21")
+    expected = [
+        (i, s, -1.0 if i == 150 else v, t)
+        for i, s, v, t in readings
+        if t.startswith(("2026-11-20", "2026-11-21"))
+    ]
+    assert loaded() == expected and len(expected) == 288
+
+
 def test_prepare_log_line_names_what_a_database_source_reads(
     db: Any, connect: Callable[[], Any], source_pg: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -281,7 +281,8 @@ def hold_source_database(conn_id: str | None) -> None:
     if not conn_id:
         return
     connection = BaseHook.get_connection(conn_id)
-    if (connection.host or "").startswith("/"):  # a Unix socket directory, not a host name
+    if connection.conn_type == "postgres" and (connection.host or "").startswith("/"):
+        # a Unix socket directory, not a host name (a sqlite connection's host is its file)
         db_source.hold_connection(conn_id, _socket_url(connection))
         return
     if connection.conn_type in MYSQL_CONN_TYPES and not _has_hook(connection.conn_type):
