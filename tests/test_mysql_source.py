@@ -240,7 +240,8 @@ def test_create_target_from_a_mariadb_table(
         ("label", "character varying(10)", False),
     ]  # fmt: skip
     assert db.run(
-        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass",
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = %s::regclass AND contype = 'p'",
         table,
     ) == [("PRIMARY KEY (name, id)",)]
     assert db.scalar("SELECT count(*) FROM pg_attrdef WHERE adrelid = %s::regclass", table) == 0

@@ -309,7 +309,8 @@ def test_mariadb_block_runs(warehouse, mariadb, capsys):
     )
     assert (
         warehouse.scalar(
-            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = %s::regclass",
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'p'",
             warehouse.table("orders_copy"),
         )
         == "PRIMARY KEY (id)"
