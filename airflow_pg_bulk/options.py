@@ -151,20 +151,22 @@ OPTIONS: tuple[LoadOption, ...] = (
     ),
     LoadOption(
         "split_by", str, None,
-        "with a database source: a column (integer, date or timestamp) whose range, from its "
-        "min to its max, is cut into `partitions` equal ranges, one COPY stream each (rows "
-        "with a NULL key go to the first); each range is its own statement on the source",
+        "with a database source: a column (integer, date or timestamp) cut at its quantiles "
+        "into `partitions` ranges of about equal row counts, a skewed key too (a PostgreSQL "
+        "table's ANALYZE histogram where it covers every row, else `ntile` over the key), "
+        "one COPY stream each (rows with a NULL key go to the first); each range is its own "
+        "statement on the source",
         "none: one COPY stream", "request",
     ),
     LoadOption(
         "create_target", bool, False,
-        "with a database source: when the target table does not exist, create it from the "
-        "source's columns: a PostgreSQL source's exact types (`format_type`: numeric "
-        "precision, arrays, json, timestamptz; an enum becomes `text`, its type not being on "
-        "the target), another database's `source_table` types mapped by SQLAlchemy; for "
-        "`source_table` also its NOT NULL columns and primary key; nothing else (no default, "
-        "index or other constraint). An existing target is never altered. The table stays "
-        "(empty) if the load then fails",
+        "with a database source or Parquet files: when the target table does not exist, "
+        "create it from the source's columns: a PostgreSQL source's exact types "
+        "(`format_type`: numeric precision, arrays, json, timestamptz; an enum becomes `text`, "
+        "its type not being on the target), another database's `source_table` types mapped "
+        "through SQLAlchemy, the first Parquet file's Arrow types; NOT NULL and the primary key "
+        "where the source has them; nothing else (no default, index or other constraint). An "
+        "existing target is never altered. The table stays (empty) if the load then fails",
         "`False`: the target must exist", "request",
     ),
     LoadOption(

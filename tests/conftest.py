@@ -67,6 +67,17 @@ def pg_dsn() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def mariadb() -> Iterator[str]:
+    """A MariaDB/MySQL server's SQLAlchemy URL, no database named (``tests/mariadb.py``: the
+    one PG_BULK_TEST_MYSQL_URL names, the one on 127.0.0.1:3306, or a throwaway ``mariadbd``;
+    skipped with the reason when there is none)."""
+    from mariadb import mariadb_server
+
+    with mariadb_server() as url:
+        yield url
+
+
+@pytest.fixture(scope="session")
 def airflow_db() -> str:
     """An initialised Airflow metadata database (SQLite) in the tests' private home."""
     airflow = os.path.join(os.path.dirname(sys.executable), "airflow")

@@ -59,6 +59,7 @@ def test_example_dags_import_without_errors(dagbag):
         "pg_bulk_smart_meter",
         "example_pg_bulk_upsert_daily",
         "example_pg_bulk_nightly_from_postgres",
+        "example_pg_bulk_nightly_from_sqlite",
     }
     dag = dagbag.get_dag("example_pg_bulk_replace_many_csv")
     assert {t.task_id for t in dag.tasks} == {

@@ -6,7 +6,9 @@ be reached leave the target untouched."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
@@ -321,7 +323,12 @@ def test_source_failing_midway_leaves_target_untouched(
         )
     assert db.checksum("t") == before
     # a value the target's column does not take: the source, the range, the row, the column
-    with pytest.raises(BadDataError, match=r"day in \[2026-01-02, 2026-01-03\), row \d+ .*amount"):
+    # and the split key's value of that row, re-read from the source
+    rejected = (
+        r"day in \[2026-01-02, 2026-01-03\), row \d+ of its COPY stream, day = 2026-01-02,"
+        r" column amount"
+    )
+    with pytest.raises(BadDataError, match=rejected):
         load(
             connect, table, mode="replace", source_url=source_pg, split_by="day", partitions=3,
             query="SELECT id, day, v, CASE WHEN id = 2998 THEN 'many' ELSE '1' END AS amount"
@@ -636,6 +643,69 @@ def test_nightly_example_loads_each_day_into_its_partition_only(
         )
 
 
+@pytest.mark.dag_run
+def test_nightly_sqlite_example_merges_each_days_readings(
+    airflow_db: str, db: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """dags_examples/nightly_from_sqlite.py through a ``sqlite`` Airflow connection (its DB-API
+    hook's URL), run on the nights of 21 and 22 November: each run upserts exactly the
+    readings recorded on the day before (the day's first instant in, the next day's out); a
+    night run again takes a reading re-sent with a new value in place of the old one; two
+    COPY tasks each night (split by id)."""
+    import json
+
+    import pendulum
+    from airflow.dag_processing.dagbag import DagBag
+
+    from airflow_pg_bulk.demo.connection import airflow_connection_json
+
+    path = tmp_path / "device.db"
+    readings = [  # one every 10 minutes from 19 November 00:00 to 22 November 23:50, UTC
+        (n, f"sensor {n % 5}", n / 4, f"2026-11-{19 + n // 144} {n % 144 // 6:02d}:{n % 6}0:00")
+        for n in range(4 * 144)
+    ]
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE readings (id integer PRIMARY KEY, sensor text NOT NULL,"
+                     " reading real, recorded_at text NOT NULL)")  # fmt: skip
+        conn.executemany("INSERT INTO readings VALUES (?, ?, ?, ?)", readings)
+    monkeypatch.setenv("AIRFLOW_CONN_PG_BULK_EXAMPLE", airflow_connection_json(db.dsn))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PG_BULK_EXAMPLE_SQLITE",
+        json.dumps({"conn_type": "sqlite", "host": str(path)}),
+    )
+    db.run(sql.SQL("CREATE TABLE {} (id bigint PRIMARY KEY, sensor text NOT NULL,"
+                   " reading double precision, recorded_at timestamp)")
+           .format(db.ident("readings")))  # fmt: skip
+    examples = Path(__file__).resolve().parent.parent / "dags_examples"
+    dag = DagBag(dag_folder=str(examples)).get_dag("example_pg_bulk_nightly_from_sqlite")
+    conf = {"table": db.table("readings"), "source_table": "readings"}
+
+    def night(day: str) -> None:
+        at = pendulum.parse(f"{day}T00:00:00Z").add(days=1)
+        run = dag.test(run_after=at, logical_date=at, run_conf=conf)
+        states = {(ti.task_id, ti.map_index): ti.state for ti in run.get_task_instances()}
+        assert run.state == "success", states
+        assert sum(1 for task, _ in states if task == "merge_day.copy") == 2
+
+    def loaded() -> list[tuple[Any, ...]]:
+        return db.run(sql.SQL("SELECT id, sensor, reading, recorded_at::text FROM {}"
+                              " ORDER BY id").format(db.ident("readings")))  # fmt: skip
+
+    night("2026-11-20")
+    assert loaded() == [r for r in readings if r[3].startswith("2026-11-20")]
+    assert len(loaded()) == 144
+    with sqlite3.connect(path) as conn:  # the device re-sends one reading of the 20th
+        conn.execute("UPDATE readings SET reading = -1 WHERE id = 150")
+    night("2026-11-20")  # the night run again (a retry, a cleared run)
+    night("2026-11-21")
+    expected = [
+        (i, s, -1.0 if i == 150 else v, t)
+        for i, s, v, t in readings
+        if t.startswith(("2026-11-20", "2026-11-21"))
+    ]
+    assert loaded() == expected and len(expected) == 288
+
+
 def test_prepare_log_line_names_what_a_database_source_reads(
     db: Any, connect: Callable[[], Any], source_pg: str, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -795,3 +865,82 @@ def test_create_target_from_a_sqlite_table_maps_its_types_through_sqlalchemy(
             db.ident("from_sqlite")
         )
     ) == [("one", "12.50", b"\x00\xff", "2026-11-20 10:00:00", True)]
+
+
+# --- a skewed split key: ranges cut at its quantiles -----------------------------------------
+
+SKEWED_ROWS = 10_000
+
+
+@contextlib.contextmanager
+def _skewed_source(kind: str, request: pytest.FixtureRequest) -> Iterator[tuple[str, dict]]:
+    """A source (its URL) with table ``skewed`` (id, k): 9,000 keys 1..9,000, then 1,000
+    spread from 10,000 to 1,009,000 (by min and max, one range of four would hold 9,000+
+    rows); ``source_table`` or a ``query`` over it."""
+    import sqlalchemy
+    from mariadb import database_on
+
+    if kind == "mariadb":
+        context: Any = database_on(request.getfixturevalue("mariadb"))
+    else:
+        context = contextlib.nullcontext(
+            request.getfixturevalue("source_pg" if kind.startswith("postgres") else "source_sqlite")
+        )
+    with context as url:
+        engine = sqlalchemy.create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE IF EXISTS skewed")
+                conn.exec_driver_sql("CREATE TABLE skewed (id int PRIMARY KEY, k int)")
+                conn.execute(
+                    sqlalchemy.text("INSERT INTO skewed VALUES (:id, :k)"),
+                    [{"id": i, "k": i if i <= 9000 else 10_000 + (i - 9000) * 1000}
+                     for i in range(1, SKEWED_ROWS + 1)],
+                )  # fmt: skip
+                if kind == "postgres analyzed table":
+                    conn.exec_driver_sql("ANALYZE skewed")
+                    # the histogram covers every row: the ranges are cut at its bounds
+                    assert conn.exec_driver_sql(
+                        "SELECT most_common_vals IS NULL FROM pg_stats WHERE tablename ="
+                        " 'skewed' AND attname = 'k' AND histogram_bounds IS NOT NULL"
+                    ).all() == [(True,)]
+            if kind in ("postgres analyzed table", "sqlite"):
+                yield url, {"source_table": "skewed"}
+            else:
+                yield url, {"query": "SELECT id, k FROM skewed"}
+        finally:
+            with engine.begin() as conn:
+                conn.exec_driver_sql("DROP TABLE skewed")
+            engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["postgres query", "postgres analyzed table", "sqlite", "mariadb"])
+def test_a_skewed_split_key_gives_ranges_of_even_row_counts(
+    kind: str,
+    request: pytest.FixtureRequest,
+    db: Any,
+    connect: Callable[[], Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Ranges cut at the key's quantiles (a PostgreSQL table: its ANALYZE histogram; else
+    ntile): four ranges of 2,500 rows give or take a fifth, where
+    ranges of equal width from min to max would put 9,242 rows in the first and 250 or so in
+    each other; every row arrives exactly once."""
+    db.run(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, k int)").format(
+        db.ident("s")))  # fmt: skip
+    with (
+        _skewed_source(kind, request) as (url, what),
+        caplog.at_level("INFO", logger="airflow_pg_bulk"),
+    ):
+        summary = load(connect, db.table("s"), mode="replace", source_url=url,
+                       split_by="k", partitions=4, **what)  # fmt: skip
+    counts = [
+        int(m.group(1))
+        for r in caplog.records
+        if (m := re.search(r": read (\d+) rows .*, k (in \[|< |>= )", r.getMessage()))
+    ]
+    assert summary.rows == SKEWED_ROWS and sum(counts) == SKEWED_ROWS
+    assert len(counts) == 4 and max(counts) <= 1.2 * min(counts), counts
+    assert db.run(
+        sql.SQL("SELECT count(*), count(DISTINCT id), sum(id) FROM {}").format(db.ident("s"))
+    ) == [(SKEWED_ROWS, SKEWED_ROWS, SKEWED_ROWS * (SKEWED_ROWS + 1) // 2)]

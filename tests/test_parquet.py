@@ -358,3 +358,58 @@ def test_an_object_replaced_while_its_row_groups_are_read_fails(db, s3_conn, tmp
         assert replaced and url in str(changed.value)
         assert "replaced while it was read" in str(changed.value)
     assert db.checksum("target")[0] == 0
+
+
+def test_create_target_from_a_parquet_files_schema(db, connect, tmp_path):
+    """A missing target made from the first file's Arrow types: each the PostgreSQL type that
+    holds its values exactly (unsigned integers one size wider), NOT NULL where the file
+    declares a column non-nullable, no key (Parquet has none); the rows load as into a table
+    made by hand; an existing target is not altered; a type with no exact PostgreSQL
+    equivalent is refused before anything is made."""
+    schema = _schema().set(0, pa.field("id", pa.int64(), nullable=False))
+    schema = schema.append(pa.field("counter", pa.uint32())).append(
+        pa.field("label", pa.dictionary(pa.int8(), pa.string()))
+    )
+    rows = [dict(r, counter=2**32 - 1 - r["id"], label="x" if r["id"] % 2 else None)
+            for r in _rows(50)]  # fmt: skip
+    source = str(_write(tmp_path / "typed.parquet", rows, schema=schema))
+    table = db.table("created")
+    summary = runner.load(connect, table, source, format="parquet", mode="replace",
+                          create_target=True)  # fmt: skip
+    assert summary.rows == 50
+    catalog = (
+        "SELECT attname, format_type(atttypid, atttypmod), attnotnull FROM pg_attribute"
+        " WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum"
+    )
+    assert db.run(catalog, table) == [
+        ("id", "bigint", True), ("name", "text", False), ("amount", "numeric(38,9)", False),
+        ("seen", "timestamp without time zone", False),
+        ("at", "timestamp with time zone", False), ("day", "date", False),
+        ("ok", "boolean", False), ("ratio", "double precision", False),
+        ("blob", "bytea", False), ("small", "integer", False),
+        ("clock", "time without time zone", False), ("counter", "bigint", False),
+        ("label", "text", False),
+    ]  # fmt: skip
+    keys = "SELECT count(*) FROM pg_constraint WHERE conrelid = %s::regclass AND contype <> 'n'"
+    assert db.scalar(keys, table) == 0  # PostgreSQL 18 lists NOT NULL as constraints too
+    # the same values as plain SQL inserts them into the columns made by hand
+    by_hand = [{k: v for k, v in r.items() if k not in ("counter", "label")} for r in rows]
+    expected = _reference(db, by_hand)
+    db.run(sql.SQL("ALTER TABLE {} DROP COLUMN counter, DROP COLUMN label, ADD COLUMN note text"
+                   " DEFAULT 'from the default'").format(db.ident("created")))  # fmt: skip
+    assert db.checksum("created") == expected
+    # an existing target is left as it is (the load appends into it, the columns unchanged)
+    before = db.run(catalog, table)
+    plain = str(_write(tmp_path / "plain.parquet", _rows(5, start=100)))
+    runner.load(connect, table, plain, format="parquet", mode="append", create_target=True)
+    assert db.run(catalog, table) == before
+    # a column of nulls only has no type to take
+    nulls = tmp_path / "nulls.parquet"
+    pq.write_table(pa.table({"id": [1], "nothing": pa.nulls(1)}), nulls)
+    with pytest.raises(LoadRefusedError, match=r"'nothing' of .* is null, which has no exact"):
+        runner.load(connect, db.table("never"), str(nulls), format="parquet", mode="replace",
+                    create_target=True)  # fmt: skip
+    assert db.scalar("SELECT to_regclass(%s)", db.table("never")) is None
+    # csv: no schema to take types from
+    with pytest.raises(ValueError, match="create the table first for csv files"):
+        runner.load(connect, db.table("never"), plain, mode="replace", create_target=True)

@@ -43,7 +43,7 @@ def kind(language: str, code: str) -> str:
         if 'format="parquet"' in code:
             return "parquet"
         if "source_url=" in code:
-            return "database"
+            return "mariadb" if "mysql+pymysql://" in code else "database"
         if "replace_partitions" in code and "@dag" not in code:
             return "partitioned"
         hand_wired = "Operator(" in code or "Operator.partial(" in code
@@ -89,6 +89,7 @@ def test_every_block_is_known():
         "parquet",
         "partitioned",
         "database",
+        "mariadb",
     }
 
 
@@ -267,6 +268,53 @@ def test_database_block_runs(warehouse, capsys):
     exec(compile(code, "README.md", "exec"), {})
     assert "3,000 rows from the database" in capsys.readouterr().out
     assert loaded(warehouse)
+
+
+def test_mariadb_block_runs(warehouse, mariadb, capsys):
+    """The MariaDB block, its source a database on the test's MariaDB (tests/mariadb.py)
+    holding the reference rows as ``orders``: the target created from its schema, the rows
+    all there once."""
+    import sqlalchemy
+    from mariadb import database_on
+
+    rows = warehouse.run(
+        psycopg.sql.SQL("SELECT meter_id, date, reading FROM {} ORDER BY 1, 2").format(
+            warehouse.ident("reference")
+        )
+    )
+    (code,) = [c for c in blocks("python") if kind("python", c) == "mariadb"]
+    with database_on(mariadb) as url:
+        engine = sqlalchemy.create_engine(url)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(
+                "CREATE TABLE orders (id int PRIMARY KEY, meter_id int NOT NULL, day date,"
+                " reading double)"
+            )
+            conn.execute(
+                sqlalchemy.text("INSERT INTO orders VALUES (:i, :m, :d, :r)"),
+                [{"i": i, "m": m, "d": d, "r": r} for i, (m, d, r) in enumerate(rows, 1)],
+            )
+        engine.dispose()
+        code = localize(code, warehouse).replace("mysql+pymysql://reader@mariadb:3306/shop", url)
+        code = code.replace("public.orders_copy", warehouse.table("orders_copy"))
+        exec(compile(code, "README.md", "exec"), {})
+    assert f"{len(rows):,} rows from MariaDB" in capsys.readouterr().out
+    assert (
+        warehouse.run(
+            psycopg.sql.SQL("SELECT meter_id, day, reading FROM {} ORDER BY 1, 2").format(
+                warehouse.ident("orders_copy")
+            )
+        )
+        == rows
+    )
+    assert (
+        warehouse.scalar(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE conrelid = %s::regclass AND contype = 'p'",
+            warehouse.table("orders_copy"),
+        )
+        == "PRIMARY KEY (id)"
+    )
 
 
 def test_cli_block_runs(warehouse):

@@ -17,13 +17,14 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
 
 What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
 statement, so it sees one snapshot of the source. With ``split_by`` each range of the key
-(:func:`airflow_pg_bulk.plan.planning.key_ranges`) is a statement of its own, in a session of
-its own:
+(:func:`airflow_pg_bulk.plan.planning.quantile_ranges`: cut at the key's quantiles, so a
+skewed key still gives ranges of about equal row counts) is a statement of its own, in a
+session of its own:
 
 - **In one process** (the CLI, :func:`airflow_pg_bulk.runner.load`, ``dag.test()``), a
   PostgreSQL source's ranges all read one snapshot, as pgcopydb does: prepare opens a
   REPEATABLE READ session on the source, exports its snapshot (``pg_export_snapshot``), reads
-  the key's min and max in it, and holds it in this process (:func:`_export`); each range's
+  the key's quantiles in it, and holds it in this process (:func:`_export`); each range's
   session imports it (``SET TRANSACTION SNAPSHOT``); the holding session ends after the last
   range is read (or when the process exits: :func:`release_snapshots`).
 - **As separate Airflow COPY tasks** (other processes, later), the prepare task's session has
@@ -74,7 +75,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     planning,
 )
-from airflow_pg_bulk.source import header, records
+from airflow_pg_bulk.source import copy_text, header, records
 from airflow_pg_bulk.source.copy_text import TextRows
 from airflow_pg_bulk.source.formats import Matched
 from airflow_pg_bulk.source.listing import SourceFile
@@ -197,22 +198,48 @@ _SNAPSHOTS: dict[str, _Held] = {}
 _SNAPSHOTS_LOCK = threading.Lock()
 
 
-def _export(source: DatabaseSource) -> tuple[str, Any, Any]:
+def _export(source: DatabaseSource, count: int) -> tuple[str, tuple[Any, ...]]:
     """Open a session on a PostgreSQL source, export its snapshot and hold it in this process;
-    the split key's min and max read in that snapshot. Returns ``(snapshot, min, max)``."""
+    the split key's quantiles read in that snapshot (:func:`_postgres_quantiles`). Returns
+    ``(snapshot, (min, cut, cut, ...))``."""
     assert source.split_by is not None
     conn = _open_postgres(source.name)
     try:
         driver.execute(conn, source_sql.repeatable_read())
         snapshot = driver.execute(conn, source_sql.export_snapshot())[0][0]
-        select = source_sql.source_select(source.query, source.table)
-        low, high = driver.execute(conn, source_sql.key_bounds(select, source.split_by))[0]
+        quantiles = _postgres_quantiles(conn, source, count)
     except BaseException:
         driver.close_cancelling(conn)
         raise
     with _SNAPSHOTS_LOCK:
         _SNAPSHOTS[snapshot] = _Held(conn)
-    return snapshot, low, high
+    return snapshot, quantiles
+
+
+def _postgres_quantiles(conn: Any, source: DatabaseSource, count: int) -> tuple[Any, ...]:
+    """A PostgreSQL source's split key cut into ``count`` ranges of about equal row counts:
+    ``(min, cut, ...)``. For a table whose column ANALYZE gave a histogram covering every
+    row, its bounds (no row read: the ranges as even as the statistics are fresh); otherwise
+    ``ntile`` over the rows (:func:`airflow_pg_bulk.sql.source.key_quantiles`)."""
+    assert source.split_by is not None
+    if source.table is not None and count > 1:
+        found = driver.execute(conn, source_sql.key_histogram(source.table, source.split_by))
+        bounds = [_statistic_value(v) for v in found[0][0]] if found else []
+        if len(bounds) >= count:
+            last = len(bounds) - 1
+            return (bounds[0], *(bounds[i * last // count] for i in range(1, count)))
+    select = source_sql.source_select(source.query, source.table)
+    firsts = driver.execute(conn, source_sql.key_quantiles(select, source.split_by, count))
+    return tuple(row[0] for row in firsts) or (None,)
+
+
+def _statistic_value(text: str) -> Any:
+    """A histogram bound (text) as the key's value: an integer, or the date's or timestamp's
+    ISO text (:func:`airflow_pg_bulk.plan.planning.quantile_ranges` reads both)."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
 
 
 def _held(snapshot: str | None) -> str | None:
@@ -288,9 +315,11 @@ class DatabaseFormat:
     """A query or table on another database, as prepare and the COPY step use it (the
     :class:`~airflow_pg_bulk.source.formats.Format` protocol).
 
-    :param source: what is read, and where (its columns unknown until :meth:`match`)."""
+    :param source: what is read, and where (its columns unknown until :meth:`match`).
+    :param ranges: with ``split_by``, how many ranges to cut its key into (``partitions``)."""
 
     source: DatabaseSource
+    ranges: int = 1
 
     @classmethod
     def of_request(cls, request: LoadRequest) -> DatabaseFormat:
@@ -309,7 +338,8 @@ class DatabaseFormat:
                 request.query,
                 request.source_table,
                 split_by=request.split_by or None,
-            )
+            ),
+            ranges=request.partitions or 1,
         )
 
     @property
@@ -337,15 +367,13 @@ class DatabaseFormat:
                 f"{self.source.name} (its columns: {list(names)}); nothing was changed"
             )
         source = dataclasses.replace(self.source, columns=names)
-        bounds = None
+        quantiles = None
         if source.split_by and source.postgres:
-            snapshot, *bounds = _export(source)
+            snapshot, quantiles = _export(source, self.ranges)
             source = dataclasses.replace(source, snapshot=snapshot)
         elif source.split_by:
-            bounds = list(key_bounds(source))
-        return Matched(
-            tuple(matched), database=source, key_bounds=tuple(bounds) if bounds else None
-        )
+            quantiles = key_quantiles(source, self.ranges)
+        return Matched(tuple(matched), database=source, key_bounds=quantiles)
 
     def columns(
         self, request: LoadRequest, target: TargetDefinition, matched: Matched
@@ -357,11 +385,12 @@ class DatabaseFormat:
         self, files: Sequence[SourceFile], partitions: int, matched: Matched
     ) -> list[Partition]:
         """One COPY stream: the whole query, read in one statement (one snapshot); split by a
-        column, one per range of it (:func:`airflow_pg_bulk.plan.planning.key_ranges` of its
-        min and max), each read in a statement of its own."""
+        column, one per range of it between its quantiles
+        (:func:`airflow_pg_bulk.plan.planning.quantile_ranges`: about equal row counts, a
+        skewed key too), each read in a statement of its own."""
         ranges: list[tuple[Any, Any]] = [(None, None)]
         if matched.key_bounds is not None:
-            ranges = planning.key_ranges(*matched.key_bounds, partitions)
+            ranges = planning.quantile_ranges(matched.key_bounds[0], matched.key_bounds[1:])
         source = matched.database
         if source is not None and source.snapshot in _SNAPSHOTS:
             _SNAPSHOTS[source.snapshot].ranges = len(ranges)  # type: ignore[index]
@@ -410,19 +439,22 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
             raise _query_refused(source, _reason(exc, _url(source.name))) from None
 
 
-def key_bounds(source: DatabaseSource) -> tuple[Any, Any]:
-    """The split key's min and max over the rows of a source read through SQLAlchemy (a
+def key_quantiles(source: DatabaseSource, count: int) -> tuple[Any, ...]:
+    """The split key of a source read through SQLAlchemy cut into ``count`` ranges of about
+    equal row counts: ``(min, cut, ...)``, the smallest key of each ``ntile`` bucket (a
     PostgreSQL source's are read in its exported snapshot: :func:`_export`)."""
     assert source.split_by is not None
     try:
         with _alchemy(source.name) as conn:
-            statement = source_sql.alchemy_key_bounds(source.query, source.table, source.split_by)
-            row = tuple(conn.execute(statement).one())
+            statement = source_sql.alchemy_key_quantiles(
+                source.query, source.table, source.split_by, count
+            )
+            firsts = tuple(row[0] for row in conn.execute(statement))
     except PgBulkError:
         raise
     except Exception as exc:
         raise _query_refused(source, _reason(exc, _url(source.name))) from None
-    return row[0], row[1]
+    return firsts or (None,)
 
 
 def _query_refused(source: DatabaseSource, reason: str) -> LoadRefusedError:
@@ -505,10 +537,17 @@ def copy_piece(
 
 
 def _range_text(source: DatabaseSource, bounds: tuple[Any, Any]) -> str:
-    """``, day in [2026-01-01, 2026-01-02)`` for a split source's range; empty otherwise."""
-    if not source.split_by:
+    """``, day in [2026-01-01, 2026-01-02)`` for a split source's range (the first:
+    ``day < 2026-01-02 or NULL``, the last: ``day >= 2026-01-02``); empty otherwise."""
+    key = source.split_by
+    low, high = bounds
+    if not key or (low is None and high is None):
         return ""
-    return f", {source.split_by} in [{bounds[0]}, {bounds[1]})"
+    if low is None:
+        return f", {key} < {high} or NULL"
+    if high is None:
+        return f", {key} >= {low}"
+    return f", {key} in [{low}, {high})"
 
 
 def _copy_in(
@@ -546,66 +585,84 @@ def _copy_in(
                 row, column, value = parse_copy_context(err.context)
                 where = f"source {source.name}{_range_text(source, bounds)}"
                 where += f", row {row} of its COPY stream" if row is not None else ""
+                where += _rejected_key(plan, bounds, row, column, value)
                 raise translate.bad_value(
                     err, plan, source.name, where, column, value, row
                 ) from None
         raise
 
 
+def _rejected_key(
+    plan: LoadPlan,
+    bounds: tuple[Any, Any],
+    row: int | None,
+    column: str | None,
+    value: str | None,
+) -> str:
+    """``", id = 2998"``: the split key of the row COPY rejected, re-read from the source (its
+    row ``row`` of the range, in the order the source returns it; in the held snapshot for a
+    PostgreSQL source read in-process). Said only when the re-read row's value in the
+    rejected column is the one COPY rejected (a source whose order changed in between gives
+    nothing rather than a wrong key); empty without a split key, or when it cannot be read."""
+    source = plan.database
+    assert source is not None
+    if not source.split_by or row is None or column not in plan.columns or value is None:
+        return ""
+    name = source.columns[plan.columns.index(column)] if source.columns else column
+    try:
+        if source.postgres:
+            select = source_sql.key_range(
+                source_sql.source_select(source.query, source.table), source.split_by, *bounds
+            )
+            with _postgres(source.name, _held(source.snapshot)) as src:
+                found = driver.execute(
+                    src, source_sql.row_at(select, source.split_by, name, row - 1)
+                )
+            key, text = found[0] if found else (None, None)
+        else:
+            statement = source_sql.alchemy_row_at(
+                source.query, source.table, source.split_by, name, bounds, row - 1
+            )
+            with _alchemy(source.name) as src:
+                key, got = src.execute(statement).one()
+            text = got if isinstance(got, str) else copy_text.field(got)
+    except Exception as exc:
+        log.info("Load %s: the rejected row's key could not be re-read: %s", plan.load_id, exc)
+        return ""
+    shown = value[:-3] if value.endswith("...") else value  # the server truncates long values
+    if text is None or not text.startswith(shown) or (shown == value and text != value):
+        return ""
+    return f", {source.split_by} = {key}"
+
+
 # --- create_target ----------------------------------------------------------------------------
 
 
-def create_target_if_missing(
-    conn: Any, request: LoadRequest, load_id: str, schema: str, table: str
-) -> bool:
-    """``create_target``: when ``schema.table`` does not exist, create it (committed) from a
-    PostgreSQL source's columns, each of the exact type the source server renders
-    (``format_type`` of the result column's type and modifier: numeric precision, arrays,
-    json, timestamptz), an enum as ``text`` (its type is not on the target); for
-    ``source_table`` also its NOT NULL columns and its primary key; nothing else (no default,
-    index, other constraint). An existing target is left exactly as it is. Returns whether it
-    was created."""
-    driver.execute(conn, sql.pin_search_path())
-    exists = bool(driver.execute(conn, sql.find_table(schema, table)))
-    conn.rollback()
-    if exists:
-        return False
+#: a source's schema as create_target takes it: ``(name, PostgreSQL type text, NOT NULL)`` per
+#: column, and the primary key's columns in key order (may be empty)
+Schema = tuple[list[tuple[str, str, bool]], list[str]]
+
+
+def source_schema(request: LoadRequest) -> tuple[Schema, str]:
+    """``create_target``'s columns and key from the database source a request names, and the
+    source in words: a PostgreSQL source's exact types (``format_type`` of each result
+    column's type and modifier: numeric precision, arrays, json, timestamptz), an enum as
+    ``text`` (its type is not on the target); another database's ``source_table`` as
+    SQLAlchemy reflects it (:func:`_alchemy_schema`); for ``source_table`` also its NOT NULL
+    columns and primary key."""
     source = DatabaseFormat.of_request(request).source
     if not source.postgres and source.table is None:
         raise LoadRefusedError(
-            f"target table {schema}.{table} does not exist, and create_target takes the types "
+            f"target table {request.table} does not exist, and create_target takes the types "
             f"of a query's columns from a PostgreSQL source only (the source {source.name} is "
             "not PostgreSQL); nothing was changed. Give source_table (its declared types are "
             "mapped through SQLAlchemy), or create the table first"
         )
-    columns, key = _source_schema(source) if source.postgres else _alchemy_schema(source)
-    types = [t for _, t, _ in columns]
-    unknown = [t for t, known in driver.execute(conn, source_sql.known_types(types)) if not known]
-    if unknown:
-        conn.rollback()
-        raise LoadRefusedError(
-            f"create_target: the target database has no type {', '.join(unknown)} (a type of "
-            f"the source's columns); nothing was changed. Create {schema}.{table} first"
-        )
-    try:
-        driver.execute(conn, source_sql.create_target(schema, table, columns, key))
-        conn.commit()
-    except BaseException:
-        driver.rollback_quietly(conn)
-        raise
-    log.info(
-        "Load %s: created the target %s.%s (create_target) from %s: %s%s",
-        load_id,
-        schema,
-        table,
-        source.describe(),
-        ", ".join(f"{n} {t}{' NOT NULL' if nn else ''}" for n, t, nn in columns),
-        f"; primary key ({', '.join(key)})" if key else "",
-    )
-    return True
+    schema = _source_schema(source) if source.postgres else _alchemy_schema(source)
+    return schema, source.describe()
 
 
-def _source_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+def _source_schema(source: DatabaseSource) -> Schema:
     """The source's result columns (name, type text, NOT NULL) and primary key columns."""
     select = source_sql.source_select(source.query, source.table)
     with _postgres(source.name) as conn:
@@ -633,12 +690,34 @@ def _source_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]],
     return columns, key
 
 
-def _alchemy_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]], list[str]]:
+def _postgres_type(declared: Any) -> Any:
+    """A reflected column type as the generic SQLAlchemy type PostgreSQL's dialect renders:
+    its ``as_generic()``, except where that would lose values or not be PostgreSQL: an
+    unsigned integer (MySQL) one size wider (``int unsigned`` -> ``bigint``, ``bigint
+    unsigned`` -> ``numeric(20)``), an enum as ``text`` (its type is not on the target, as for
+    a PostgreSQL source), a string without the source's collation (``utf8mb4_bin``)."""
+    import sqlalchemy
+
+    generic = declared.as_generic()
+    if isinstance(generic, sqlalchemy.Enum):
+        return sqlalchemy.Text()
+    if getattr(declared, "unsigned", False) and isinstance(generic, sqlalchemy.Integer):
+        if isinstance(generic, sqlalchemy.BigInteger):
+            return sqlalchemy.Numeric(20, 0)
+        if isinstance(generic, sqlalchemy.SmallInteger):
+            return sqlalchemy.Integer()
+        return sqlalchemy.BigInteger()
+    if getattr(generic, "collation", None):
+        generic.collation = None
+    return generic
+
+
+def _alchemy_schema(source: DatabaseSource) -> Schema:
     """Another database's table, as SQLAlchemy reflects it: each column's declared type made
-    generic (``BLOB`` -> ``LargeBinary``) and rendered by SQLAlchemy's PostgreSQL dialect
-    (``bytea``, ``NUMERIC(10, 2)``, ``VARCHAR(20)``, ``TIMESTAMP WITHOUT TIME ZONE``); a
-    column with no type SQLAlchemy knows is refused, not guessed. NOT NULL and the primary
-    key from the reflection."""
+    generic (``BLOB`` -> ``LargeBinary``: :func:`_postgres_type`) and rendered by
+    SQLAlchemy's PostgreSQL dialect (``bytea``, ``NUMERIC(10, 2)``, ``VARCHAR(20)``,
+    ``TIMESTAMP WITHOUT TIME ZONE``); a column with no type SQLAlchemy knows is refused, not
+    guessed. NOT NULL and the primary key from the reflection."""
     import sqlalchemy
     from sqlalchemy.dialects import postgresql
 
@@ -655,7 +734,7 @@ def _alchemy_schema(source: DatabaseSource) -> tuple[list[tuple[str, str, bool]]
     columns = []
     for column in reflected:
         try:
-            rendered = column["type"].as_generic().compile(dialect=dialect)
+            rendered = _postgres_type(column["type"]).compile(dialect=dialect)
         except Exception:
             raise LoadRefusedError(
                 f"create_target: the source column {column['name']} of {source.table} has a "

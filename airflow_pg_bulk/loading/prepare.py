@@ -9,7 +9,7 @@ import logging
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.loading import cleanup, db_source, ledger, sources
+from airflow_pg_bulk.loading import cleanup, create_target, ledger, sources
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
 
@@ -48,7 +48,7 @@ def prepare(
     resumed = False
     try:
         if request.create_target:
-            db_source.create_target_if_missing(conn, request, load_id, schema, table)
+            create_target.create_target_if_missing(conn, request, load_id, schema, table)
         target = catalog.capture(conn, schema, table)
         catalog.refuse_unsupported(target, request.mode)
         catalog.refuse_without_privileges(conn, target, request.mode)

@@ -272,7 +272,8 @@ def hold_source_database(conn_id: str | None) -> None:
     """Resolve a database source's Airflow connection in this task and hold its URL in this
     process for the load (:func:`airflow_pg_bulk.loading.db_source.hold_connection`): only the
     connection id travels through XCom. Its hook's SQLAlchemy URL where it has one (a
-    ``postgres`` connection's), else its ``get_uri()`` (``sqlite``, ...)."""
+    ``postgres`` connection's), else its ``get_uri()`` (``sqlite``, ...); a ``mysql``
+    connection without the MySQL provider as a PyMySQL URL (:func:`_mysql_url`)."""
     from airflow.sdk import BaseHook
 
     from airflow_pg_bulk.loading import db_source
@@ -280,8 +281,12 @@ def hold_source_database(conn_id: str | None) -> None:
     if not conn_id:
         return
     connection = BaseHook.get_connection(conn_id)
-    if (connection.host or "").startswith("/"):  # a Unix socket directory, not a host name
+    if connection.conn_type == "postgres" and (connection.host or "").startswith("/"):
+        # a Unix socket directory, not a host name (a sqlite connection's host is its file)
         db_source.hold_connection(conn_id, _socket_url(connection))
+        return
+    if connection.conn_type in MYSQL_CONN_TYPES and not _has_hook(connection.conn_type):
+        db_source.hold_connection(conn_id, _mysql_url(connection))
         return
     hook = connection.get_hook()
     try:
@@ -289,6 +294,37 @@ def hold_source_database(conn_id: str | None) -> None:
     except (AttributeError, NotImplementedError):
         url = hook.get_uri()
     db_source.hold_connection(conn_id, url)
+
+
+#: connection types read with PyMySQL (``airflow-pg-bulk[mysql]``) when the MySQL provider,
+#: whose hook needs ``mysqlclient`` (a C extension built against the MySQL client library),
+#: is not installed
+MYSQL_CONN_TYPES = ("mysql", "mariadb")
+
+
+def _has_hook(conn_type: str) -> bool:
+    """An installed provider gives ``conn_type`` a hook."""
+    from airflow.sdk.providers_manager_runtime import ProvidersManagerTaskRuntime
+
+    return conn_type in ProvidersManagerTaskRuntime().hooks
+
+
+def _mysql_url(connection: Any) -> str:
+    """A ``mysql`` connection as a SQLAlchemy URL read by PyMySQL (``mysql+pymysql://``); its
+    ``charset`` extra kept (default ``utf8mb4``: every character MySQL stores)."""
+    import sqlalchemy.engine
+
+    charset = (connection.extra_dejson or {}).get("charset", "utf8mb4")
+    url = sqlalchemy.engine.URL.create(
+        "mysql+pymysql",
+        username=connection.login or None,
+        password=connection.password or None,
+        host=connection.host or None,
+        port=connection.port or None,
+        database=connection.schema or None,
+        query={"charset": charset},
+    )
+    return url.render_as_string(hide_password=False)
 
 
 def _socket_url(connection: Any) -> str:

@@ -42,7 +42,7 @@ class Piece(PlainData):
         ``first_line`` is then 0 (not counted; counted when an error needs it) past piece 0.
     :param key_range: a database source split by a column: ``(low, high)``, the rows with
         ``low <= key < high``; a None low also takes the NULL keys and every key below high,
-        a None high every key from low (see :func:`airflow_pg_bulk.plan.planning.key_ranges`).
+        a None high every key from low (see :func:`airflow_pg_bulk.plan.planning.quantile_ranges`).
     """
 
     path: str

@@ -249,21 +249,21 @@ def upsert_spec(
 KeyValue = int | str | None
 
 
-def key_ranges(low: object, high: object, count: int) -> list[tuple[KeyValue, KeyValue]]:
-    """The ranges a database source split by a column is read in: ``count`` ranges of about
-    equal width from ``low`` to ``high`` (the column's min and max: integers, dates or
-    timestamps, or their ISO texts), as ``(low, high)`` pairs of JSON values. The first range
-    has no low (it also takes the NULL keys), the last no high, so every row falls in exactly
-    one, whatever changed since min and max were read. Fewer ranges where there are fewer
-    distinct integer values or days."""
-    if low is None or high is None:  # no rows, or only NULL keys: one range takes them all
+def quantile_ranges(first: object, cuts: Sequence[object]) -> list[tuple[KeyValue, KeyValue]]:
+    """The ranges a database source split by a column is read in, from the key's quantiles:
+    ``first`` its smallest value, ``cuts`` the values that start each later range (the
+    source's quantiles of the key, in order), so a skewed key still gives ranges of about
+    equal row counts. Cuts repeated (one value holding several quantiles) or not above
+    ``first`` are dropped: fewer ranges, none empty by construction. The first range has no
+    low (it also takes the NULL keys), the last no high, so every row falls in exactly one,
+    whatever changed since the quantiles were read. Values: integers, dates or timestamps,
+    or their ISO texts; returned as JSON values (a date or timestamp as its ISO text)."""
+    if first is None:  # no rows, or only NULL keys: one range takes them all
         return [(None, None)]
-    to_number, from_number = _key_scale(low)
-    first, last = to_number(low), to_number(high)
-    span = last - first + 1
-    count = max(1, min(count, span))
-    cuts = [from_number(first + span * i // count) for i in range(1, count)]
-    bounds: list[KeyValue] = [None, *cuts, None]
+    to_number, from_number = _key_scale(first)
+    floor = to_number(first)
+    numbers = sorted({n for n in (to_number(c) for c in cuts if c is not None) if n > floor})
+    bounds: list[KeyValue] = [None, *(from_number(n) for n in numbers), None]
     return list(itertools.pairwise(bounds))
 
 

@@ -216,9 +216,9 @@ class LoadRequest(PlainData):
     :param source_table: with a database source, the table whose rows are all loaded.
     :param split_by: with a database source and ``partitions``: the column whose range is cut
         into one COPY stream per ``partitions``.
-    :param create_target: with a PostgreSQL source: a missing target is created from the
-        source's column types (and, for ``source_table``, its NOT NULL and primary key); an
-        existing target is not altered.
+    :param create_target: with a database source or Parquet files: a missing target is
+        created from the source's column types (and its NOT NULL and primary key where the
+        source has them); an existing target is not altered.
     """
 
     table: str
@@ -281,10 +281,11 @@ class LoadRequest(PlainData):
         if not self.from_database:
             if not self.source:
                 raise ValueError("source must name at least one file or glob")
-            if self.create_target:
+            if self.create_target and self.copy.format != "parquet":
                 raise ValueError(
-                    "create_target applies to a database source (query or source_table): "
-                    "create the table first for files"
+                    "create_target applies to a database source (query or source_table) or to "
+                    "Parquet files (whose schema names the types): create the table first for "
+                    f"{self.copy.format} files"
                 )
             if self.split_by:
                 raise ValueError("split_by applies to a database source (query or source_table)")

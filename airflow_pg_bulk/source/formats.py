@@ -44,13 +44,14 @@ class Matched:
     :param layout: each file's footer (Parquet).
     :param database: a database source with its columns (its format is
         :class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`).
-    :param key_bounds: a database source split by a column: its min and max."""
+    :param key_bounds: a database source split by a column: its min, then the values that
+        start each later range (its quantiles)."""
 
     names: tuple[str, ...] = ()
     header_lengths: dict[str, int] = field(default_factory=dict)
     layout: tuple[parquet.ParquetSource, ...] = ()
     database: DatabaseSource | None = None
-    key_bounds: tuple[object, object] | None = None
+    key_bounds: tuple[object, ...] | None = None
 
 
 class Format(Protocol):

@@ -113,6 +113,21 @@ def inspect(files: Sequence[SourceFile]) -> list[ParquetSource]:
 
 
 def _inspect(file: SourceFile) -> ParquetSource:
+    metadata, schema = _footer(file)
+    for field in schema:
+        kind = unsupported_type(field.type)
+        if kind:
+            raise LoadRefusedError(
+                f"{file.path}: column {field.name!r} is {field.type}: {kind} are not loaded "
+                "(there is no exact text form for them here); leave the column out of the "
+                "file, or write it as a string (JSON, say) to load into a json/text column"
+            )
+    groups = tuple(row_group(metadata, i) for i in range(metadata.num_row_groups))
+    return ParquetSource(file, tuple(schema.names), groups)
+
+
+def _footer(file: SourceFile) -> tuple[Any, Any]:
+    """A file's (or object's) footer: its metadata and Arrow schema."""
     if file.kind is SourceKind.STREAM:
         raise LoadRefusedError(
             f"source {file.path} is a stream: a Parquet file is read from its footer first, "
@@ -135,16 +150,61 @@ def _inspect(file: SourceFile) -> ParquetSource:
             f"{objects.scrub(str(exc))})",
             path=file.path,
         ) from None
+    return metadata, schema
+
+
+def target_schema(file: SourceFile) -> list[tuple[str, str, bool]]:
+    """``create_target``'s columns from a Parquet file's schema: each column's name, its
+    Arrow type as PostgreSQL's (:func:`postgres_type`) and NOT NULL where the file declares
+    it non-nullable (a Parquet file has no key). A type with no exact PostgreSQL equivalent
+    is refused, not guessed."""
+    _metadata, schema = _footer(file)
+    columns = []
     for field in schema:
-        kind = unsupported_type(field.type)
-        if kind:
+        type_text = postgres_type(field.type)
+        if type_text is None:
             raise LoadRefusedError(
-                f"{file.path}: column {field.name!r} is {field.type}: {kind} are not loaded "
-                "(there is no exact text form for them here); leave the column out of the "
-                "file, or write it as a string (JSON, say) to load into a json/text column"
+                f"create_target: column {field.name!r} of {file.path} is {field.type}, which "
+                "has no exact PostgreSQL type here; nothing was changed. Create the target "
+                "table first"
             )
-    groups = tuple(row_group(metadata, i) for i in range(metadata.num_row_groups))
-    return ParquetSource(file, tuple(schema.names), groups)
+        columns.append((field.name, type_text, not field.nullable))
+    return columns
+
+
+def postgres_type(arrow_type: Any) -> str | None:
+    """The PostgreSQL type that holds every value of an Arrow type exactly: integers in the
+    smallest type that holds them (``uint64``: ``numeric(20)``), ``float32`` as ``real``,
+    decimals with their precision and scale, timestamps with their time zone or without,
+    a dictionary as its values' type; None for what the load cannot take
+    (:func:`unsupported_type`) or a column of nulls only (its type unknown)."""
+    pa, _pq, _csv = pyarrow_modules()
+    t = pa.types
+    if t.is_dictionary(arrow_type):
+        return postgres_type(arrow_type.value_type)
+    if unsupported_type(arrow_type) or t.is_null(arrow_type):
+        return None
+    if t.is_integer(arrow_type):
+        bits = arrow_type.bit_width + (1 if t.is_unsigned_integer(arrow_type) else 0)
+        for size, name in ((16, "smallint"), (32, "integer"), (64, "bigint")):
+            if bits <= size:
+                return name
+        return "numeric(20,0)"
+    if t.is_decimal(arrow_type):
+        return f"numeric({arrow_type.precision},{arrow_type.scale})"
+    if t.is_timestamp(arrow_type):
+        zone = "with" if arrow_type.tz else "without"
+        return f"timestamp {zone} time zone"
+    simple = (
+        (t.is_boolean, "boolean"),
+        (t.is_float16, "real"),
+        (t.is_float32, "real"),
+        (t.is_float64, "double precision"),
+        (t.is_date, "date"),
+        (t.is_time, "time without time zone"),
+        (_is_binary, "bytea"),
+    )
+    return next((name for test, name in simple if test(arrow_type)), "text")  # strings
 
 
 def unsupported_type(arrow_type: Any) -> str | None:

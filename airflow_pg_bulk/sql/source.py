@@ -60,10 +60,30 @@ def _key_predicate(column: str, low: Any, high: Any) -> Composable:
     return SQL("{} >= {} AND {} < {}").format(key, Literal(low), key, Literal(high))
 
 
-def key_bounds(select: Composable, column: str) -> Composed:
-    """The split key's min and max over the source's rows."""
+def key_quantiles(select: Composable, column: str, count: int) -> Composed:
+    """The smallest key of each of ``count`` buckets of equal row counts (``ntile`` over the
+    key's order; NULL keys left out), in order: the key's min, then the values that start
+    each later range. Exact, at the cost of one sort of the key's values."""
     key = Identifier(column)
-    return SQL("SELECT min({}), max({}) FROM ({}) AS pgbulk_source").format(key, key, select)
+    return SQL(
+        "SELECT min(k) FROM (SELECT {} AS k, ntile({}) OVER (ORDER BY {}) AS b"
+        " FROM ({}) AS pgbulk_source WHERE {} IS NOT NULL) AS pgbulk_buckets"
+        " GROUP BY b ORDER BY b"
+    ).format(key, Literal(count), key, select, key)
+
+
+def key_histogram(table: str, column: str) -> Composed:
+    """The column's histogram in the source's statistics (``pg_stats.histogram_bounds`` as
+    text: bounds of buckets of equal row counts, from ANALYZE's sample), where the histogram
+    covers every row: the column has no list of most common values (whose rows the histogram
+    leaves out). No row: never analyzed, or a column with values common enough to be listed
+    (then :func:`key_quantiles` reads the rows themselves)."""
+    return SQL(
+        "SELECT histogram_bounds::text::text[] FROM pg_stats"
+        " WHERE format('%I.%I', schemaname, tablename)::regclass = {}::regclass"
+        " AND attname = {} AND NOT inherited AND histogram_bounds IS NOT NULL"
+        " AND most_common_vals IS NULL"
+    ).format(_regclass(table), Literal(column))
 
 
 def key_range(select: Composable, column: str, low: Any, high: Any) -> Composable:
@@ -83,13 +103,24 @@ def _alchemy_source(query: str | None, table: str | None) -> Any:
     )
 
 
-def alchemy_key_bounds(query: str | None, table: str | None, column: str) -> Any:
-    """:func:`key_bounds` through SQLAlchemy."""
+def alchemy_key_quantiles(query: str | None, table: str | None, column: str, count: int) -> Any:
+    """:func:`key_quantiles` through SQLAlchemy, for a database with window functions (SQLite
+    3.25+, MariaDB 10.2+, MySQL 8)."""
     import sqlalchemy
 
     key = sqlalchemy.column(column)
-    return sqlalchemy.select(sqlalchemy.func.min(key), sqlalchemy.func.max(key)).select_from(
-        _alchemy_source(query, table)
+    buckets = (
+        sqlalchemy.select(
+            key.label("k"), sqlalchemy.func.ntile(count).over(order_by=key).label("b")
+        )
+        .select_from(_alchemy_source(query, table))
+        .where(key.is_not(None))
+        .subquery("pgbulk_buckets")
+    )
+    return (
+        sqlalchemy.select(sqlalchemy.func.min(buckets.c.k))
+        .group_by(buckets.c.b)
+        .order_by(buckets.c.b)
     )
 
 
@@ -112,6 +143,36 @@ def alchemy_key_range(
         sqlalchemy.select(sqlalchemy.text("*"))
         .select_from(_alchemy_source(query, table))
         .where(where)
+    )
+
+
+def row_at(select: Composable, key: str, column: str, offset: int) -> Composed:
+    """The split key and ``column`` (as text) of the source's row after ``offset`` rows, in
+    the order the source returns them: a rejected row's key, re-read for its error."""
+    return SQL("SELECT {}, {}::text FROM ({}) AS pgbulk_source OFFSET {} LIMIT 1").format(
+        Identifier(key), Identifier(column), select, Literal(offset)
+    )
+
+
+def alchemy_row_at(
+    query: str | None,
+    table: str | None,
+    key: str,
+    column: str,
+    bounds: tuple[Any, Any],
+    offset: int,
+) -> Any:
+    """:func:`row_at` through SQLAlchemy, in one range of the key."""
+    import sqlalchemy
+
+    rows = alchemy_key_range(query, table, key, *bounds)
+    if bounds == (None, None):
+        rows = rows.columns() if table is None else rows
+    return (
+        sqlalchemy.select(sqlalchemy.column(key), sqlalchemy.column(column))
+        .select_from(rows.subquery("pgbulk_range"))
+        .offset(offset)
+        .limit(1)
     )
 
 
