@@ -477,8 +477,13 @@ def finalize_partitioned(
             execute(
                 conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE", only=True)
             )
-            if swapped:
-                execute(conn, sql.lock_tables(swapped, "SHARE UPDATE EXCLUSIVE"))
+            # a replace empties the other partitions that hold rows: locked as the swapped
+            # ones (a TRUNCATE under the parent's ACCESS EXCLUSIVE waited for the autovacuum
+            # of such a partition until deadlock_timeout, 1 s, and readers with it); the parent's
+            # SHARE UPDATE EXCLUSIVE keeps partitions from being attached or detached meanwhile
+            others = _others_with_rows(conn, plan) if plan.mode.whole_target else []
+            if swapped or others:
+                execute(conn, sql.lock_tables([*swapped, *others], "SHARE UPDATE EXCLUSIVE"))
             now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
             if now.fingerprint() != _parent_fingerprint(plan):
                 raise LoadRefusedError(
@@ -487,7 +492,9 @@ def finalize_partitioned(
                     "swapped. Run the load again"
                 )
             _refuse_changed_leaves(conn, plan, now, [leaves[n] for n in built])
-            locking.lock_for_swap(conn, [(t.schema, t.table), *swapped, *emptied], only=True)
+            locking.lock_for_swap(
+                conn, [(t.schema, t.table), *swapped, *emptied, *others], only=True
+            )
         elif emptied:
             # in place alone (the daily reload): the parent is not locked beyond ROW EXCLUSIVE,
             # readers of the other partitions are not held up (a replace_partitions empties
@@ -534,6 +541,18 @@ def finalize_partitioned(
         len(inserted),
         ", the others emptied" if plan.mode.whole_target else "",
     )
+
+
+def _others_with_rows(conn: DatabaseConnection, plan: LoadPlan) -> list[tuple[str, str]]:
+    """The target's partitions that this load does not load and that hold rows (a replace
+    empties them)."""
+    t = plan.target
+    mine = {_qualified(leaf) for leaf in _parts(plan).leaves}
+    return [
+        (leaf_schema, name)
+        for leaf_schema, name in execute(conn, sql.leaf_names(t.oid))
+        if (leaf_schema, name) not in mine and scalar(conn, sql.has_rows(leaf_schema, name))
+    ]
 
 
 def _replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
