@@ -45,7 +45,8 @@ def build_on_staging(
 
     ANALYZE is skipped when the table has statistics already (:func:`sql.has_statistics`: an
     earlier attempt, or a side-by-side build, analyzed it; its rows do not change after
-    COPY), so that a retried finalize does not analyze it again."""
+    COPY, and autovacuum is off on staging tables, so those statistics are of these rows), so
+    that a retried finalize does not analyze it again."""
     t = plan.target
     stage = plan.staging_table
     commit = commit or conn.commit
