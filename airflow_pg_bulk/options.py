@@ -258,9 +258,10 @@ OPTIONS: tuple[LoadOption, ...] = (
     LoadOption(
         "index_workers", int, None,
         "parallel maintenance workers of each index build in finalize "
-        "(`max_parallel_maintenance_workers`), never more than the server's "
-        "`max_parallel_workers`; `0`: none",
-        "sized from the server (see docs/tuning.md, \"finalize on several cores\")", "settings",
+        "(`max_parallel_maintenance_workers`), raising or lowering the server's setting; never "
+        "more than the builds at once leave of the server's `max_parallel_workers`; `0`: none",
+        "the server's `max_parallel_maintenance_workers` (see docs/tuning.md, \"finalize on "
+        "several cores\")", "settings",
     ),
     LoadOption(
         "synchronous_commit", str, "off",

@@ -90,6 +90,30 @@ def analyze(schema: str, table: str) -> Composed:
     return SQL("ANALYZE {}").format(table_identifier(schema, table))
 
 
+def has_statistics(schema: str, table: str) -> Composed:
+    """Whether ANALYZE has left column statistics on the table (``pg_stats``, which shows a
+    table's rows to a role that may read its columns): true after an ANALYZE of a table with
+    rows, and never before one (``CREATE INDEX`` counts rows, it writes no statistics)."""
+    return SQL(
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stats WHERE schemaname = {} AND tablename = {})"
+    ).format(Literal(schema), Literal(table))
+
+
+def estimated_rows(schema: str, table: str, bytes_per_row: int) -> Composed:
+    """The planner's row estimate of a table without reading it: the sum over the table, or
+    its leaf partitions (a partitioned table has no rows of its own, and autovacuum never
+    ANALYZEs it), of ``reltuples``; where that is unknown (-1: never vacuumed or analyzed,
+    PostgreSQL 14+), the table's size over ``bytes_per_row``. Returns (rows, leaves whose
+    reltuples was unknown)."""
+    return SQL(
+        "SELECT coalesce(sum(CASE WHEN c.reltuples >= 0 THEN c.reltuples"
+        " ELSE pg_relation_size(c.oid) / {} END), 0)::bigint,"
+        " count(*) FILTER (WHERE c.reltuples < 0)"
+        " FROM pg_class c WHERE (c.oid = {rel}::regclass AND c.relkind <> 'p')"
+        " OR c.oid IN (SELECT relid FROM pg_partition_tree({rel}::regclass) WHERE isleaf)"
+    ).format(Literal(max(1, bytes_per_row)), rel=Literal(Identifier(schema, table).as_string()))
+
+
 _LOCK_MODES = frozenset({"SHARE UPDATE EXCLUSIVE", "SHARE", "EXCLUSIVE", "ACCESS EXCLUSIVE"})
 
 
@@ -117,10 +141,14 @@ def setting_milliseconds(name: str) -> Composed:
 
 def parallel_limits() -> SQL:
     """The server's ceilings on parallel workers: ``max_worker_processes``,
-    ``max_parallel_workers`` (readable by any role)."""
+    ``max_parallel_workers``, and ``max_parallel_maintenance_workers`` as the session had it
+    before any ``SET`` (the server's, database's or role's setting; a finalize sets its own on
+    the session), readable by any role."""
     return SQL(
         "SELECT current_setting('max_worker_processes')::int,"
-        " current_setting('max_parallel_workers')::int"
+        " current_setting('max_parallel_workers')::int,"
+        " (SELECT reset_val::int FROM pg_settings"
+        " WHERE name = 'max_parallel_maintenance_workers')"
     )
 
 

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, scalar
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.plan import ConstraintDef, LoadPlan
 from airflow_pg_bulk.plan.codes import ConstraintKind
@@ -27,6 +27,7 @@ def build_on_staging(
     built: Existing,
     commit: Callable[[], None] | None = None,
     sessions: Sessions | None = None,
+    alongside: int = 1,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
     skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
@@ -38,7 +39,14 @@ def build_on_staging(
     Each build gets ``max_parallel_maintenance_workers`` by
     :func:`parallel_builds.size_builds`; with ``sessions`` and more than one index to build,
     several are built at once on sessions of their own (:func:`parallel_builds.run_at_once`),
-    each committed there."""
+    each committed there. ``alongside``: how many tables are built at once, this one included
+    (the partitions of a partitioned target built side by side), which share the server's
+    parallel workers.
+
+    ANALYZE is skipped when the table has statistics already (:func:`sql.has_statistics`: an
+    earlier attempt, or a side-by-side build, analyzed it; its rows do not change after
+    COPY, and autovacuum is off on staging tables, so those statistics are of these rows), so
+    that a retried finalize does not analyze it again."""
     t = plan.target
     stage = plan.staging_table
     commit = commit or conn.commit
@@ -57,19 +65,24 @@ def build_on_staging(
             builds.append(
                 sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
             )
-        sizing = parallel_builds.server_sizing(conn, len(builds), plan.settings.index_workers)
+        at_once = len(builds) if sessions is not None else 1
+        sizing = parallel_builds.server_sizing(
+            conn, at_once, plan.settings.index_workers, alongside
+        )
         workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
         execute(conn, workers)
         commit()
         if builds:
             log.info(
-                "Load %s: building %d indexes on %s for %s, %d at once, %d parallel workers each",
+                "Load %s: building %d indexes on %s for %s, %d at once, %d parallel workers "
+                "each: %s",
                 naming.owning_load_id(stage) or plan.load_id,
                 len(builds),
                 stage,
                 t.qualified,
-                min(sizing.builds, len(builds)) if sessions else 1,
+                min(sizing.builds, len(builds)),
                 sizing.workers,
+                sizing.why,
             )
         if sessions is not None and sizing.builds > 1 and len(builds) > 1:
             setup = [
@@ -85,7 +98,7 @@ def build_on_staging(
     with clock.phase("constraints"):
         for con in t.constraints:
             _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built, commit)
-    if plan.settings.analyze:
+    if plan.settings.analyze and not scalar(conn, sql.has_statistics(t.schema, stage)):
         with clock.phase("analyze"):
             execute(conn, sql.analyze(t.schema, stage))
             commit()

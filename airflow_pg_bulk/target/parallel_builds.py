@@ -8,8 +8,8 @@ overlaps them: ``ALTER TABLE ... ADD CONSTRAINT`` (SHARE ROW EXCLUSIVE / ACCESS 
 ``VALIDATE CONSTRAINT`` and ``ANALYZE`` (SHARE UPDATE EXCLUSIVE) conflict with SHARE on the same
 table, and with each other. See docs/design.md, "finalize on several cores".
 
-The sizing rule (:func:`size_builds`) reads the server's ``max_worker_processes`` and
-``max_parallel_workers``; the extra sessions come from a
+The sizing rule (:func:`size_builds`) reads the server's ``max_worker_processes``,
+``max_parallel_workers`` and ``max_parallel_maintenance_workers``; the extra sessions come from a
 :class:`airflow_pg_bulk.db.session.Sessions`, which the hook stops on a kill together with the
 step's own connection.
 """
@@ -21,7 +21,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from psycopg.sql import Composable
@@ -42,41 +42,78 @@ class BuildSizing:
     :param builds: index builds at once, each on its own session (1: one after another on
         finalize's own session).
     :param workers: ``max_parallel_maintenance_workers`` of each build's session.
+    :param why: how the rule came to these figures, for the log (not compared).
     """
 
     builds: int
     workers: int
+    why: str = field(default="", compare=False)
 
 
 def size_builds(
     indexes: int,
     max_worker_processes: int,
     max_parallel_workers: int,
+    max_parallel_maintenance_workers: int,
     index_workers: int | None = None,
+    alongside: int = 1,
 ) -> BuildSizing:
-    """The sizing rule (pure). ``pool = min(max_worker_processes, max_parallel_workers)`` is
-    what the server lets all parallel work use at once; ``builds = min(indexes, max(1, pool //
-    4))`` (the server's default pool of 8 builds two at once, a pool of 16 four);
-    ``workers = pool // builds - 1`` per build (its leader works too), or ``index_workers``
-    when given, never above ``pool``. PostgreSQL itself may start fewer: by the table's size,
-    by ``maintenance_work_mem`` (32 MB per participant) and by what is free in the pool.
+    """The sizing rule (pure).
 
-    :param indexes: the indexes left to build.
+    ``pool = min(max_worker_processes, max_parallel_workers)`` is what the server lets all
+    parallel work use at once, and the only statement of its cores that SQL can read.
+    ``builds = min(indexes, max(1, pool // (4 * alongside)))`` index builds of the table at
+    once (the server's default pool of 8 builds two at once, a pool of 16 four), each on its
+    own session; ``alongside`` tables are built at once (the partitions of a partitioned
+    target, each by its own session), so ``sessions = builds * alongside`` leaders work at
+    once. Each build gets the server's ``max_parallel_maintenance_workers`` (the DBA's
+    choice; ``index_workers``, the load option, when given, may raise or lower it), never
+    more than its share of the pool, ``pool // sessions - 1`` (its leader works too): all
+    the builds at once never ask for more processes than the pool.
+
+    PostgreSQL itself may start fewer: by the table's size, by ``maintenance_work_mem`` (32 MB
+    per participant) and by what is free in the pool.
+
+    :param indexes: the indexes left to build that may be built at once (1: one after another).
     :param max_worker_processes: the server's setting.
     :param max_parallel_workers: the server's setting.
-    :param index_workers: the user's override of the workers per build (the load option).
+    :param max_parallel_maintenance_workers: the server's setting (of the load's session).
+    :param index_workers: the user's choice of workers per build (the load option).
+    :param alongside: tables built at once, each by this rule (at least 1).
     """
     pool = max(0, min(max_worker_processes, max_parallel_workers))
-    builds = max(1, min(indexes, pool // BUILDS_PER_WORKERS))
-    workers = max(0, pool // builds - 1) if index_workers is None else index_workers
-    return BuildSizing(builds=builds, workers=max(0, min(workers, pool)))
+    alongside = max(1, alongside)
+    builds = max(1, min(indexes, pool // (BUILDS_PER_WORKERS * alongside)))
+    sessions = builds * alongside
+    share = max(0, pool // sessions - 1)
+    if index_workers is None:
+        wanted, source = (
+            max(0, max_parallel_maintenance_workers),
+            (f"the server's max_parallel_maintenance_workers {max_parallel_maintenance_workers}"),
+        )
+    else:
+        wanted, source = max(0, index_workers), f"index_workers {index_workers}"
+    workers = min(wanted, share)
+    why = (
+        f"{source}"
+        + (
+            f", cut to {share}: {sessions} builds at once share a pool of {pool}"
+            if workers < wanted
+            else f" ({sessions} builds at once within a pool of {pool})"
+        )
+        + f" (min(max_worker_processes {max_worker_processes}, max_parallel_workers "
+    )
+    why += f"{max_parallel_workers}), each build's leader counted)"
+    return BuildSizing(builds=builds, workers=workers, why=why)
 
 
-def server_sizing(conn: DatabaseConnection, indexes: int, index_workers: int | None) -> BuildSizing:
+def server_sizing(
+    conn: DatabaseConnection, indexes: int, index_workers: int | None, alongside: int = 1
+) -> BuildSizing:
     """:func:`size_builds` with the server's settings, read on ``conn`` (in its transaction:
     a rebuild keeps everything in one)."""
-    processes, parallel = execute(conn, sql.parallel_limits())[0]
-    return size_builds(indexes, processes, parallel, index_workers)
+    processes, parallel, maintenance = execute(conn, sql.parallel_limits())[0]
+    return size_builds(indexes, processes, parallel, maintenance, index_workers, alongside)
 
 
 def run_at_once(

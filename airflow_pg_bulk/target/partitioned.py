@@ -72,6 +72,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     close_cancelling,
     execute,
+    execute_count,
     is_database_error,
     rollback_quietly,
     scalar,
@@ -90,6 +91,7 @@ from airflow_pg_bulk.target import (
     locking,
     parallel_builds,
     staging,
+    statistics,
     swap,
     violations,
 )
@@ -453,7 +455,7 @@ def finalize_partitioned(
         history.refuse_overwriting_newer(conn, plan, replaced)
         conn.commit()
     built = {n: _build_leaf(conn, plan, n, clock) for n in swapped}
-    inserted: list[int] = []
+    inserted: dict[int, int] = {}  # partition: rows inserted in place
     with clock.phase("swap"):
         history.open_visible(conn, plan)
         # the ordering rule, decided here: the advisory lock serialises this transaction with
@@ -475,8 +477,13 @@ def finalize_partitioned(
             execute(
                 conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE", only=True)
             )
-            if swapped:
-                execute(conn, sql.lock_tables(swapped, "SHARE UPDATE EXCLUSIVE"))
+            # a replace empties the other partitions that hold rows: locked as the swapped
+            # ones (a TRUNCATE under the parent's ACCESS EXCLUSIVE waited for the autovacuum
+            # of such a partition until deadlock_timeout, 1 s, and readers with it); the parent's
+            # SHARE UPDATE EXCLUSIVE keeps partitions from being attached or detached meanwhile
+            others = _others_with_rows(conn, plan) if plan.mode.whole_target else []
+            if swapped or others:
+                execute(conn, sql.lock_tables([*swapped, *others], "SHARE UPDATE EXCLUSIVE"))
             now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
             if now.fingerprint() != _parent_fingerprint(plan):
                 raise LoadRefusedError(
@@ -485,7 +492,9 @@ def finalize_partitioned(
                     "swapped. Run the load again"
                 )
             _refuse_changed_leaves(conn, plan, now, [leaves[n] for n in built])
-            locking.lock_for_swap(conn, [(t.schema, t.table), *swapped, *emptied], only=True)
+            locking.lock_for_swap(
+                conn, [(t.schema, t.table), *swapped, *emptied, *others], only=True
+            )
         elif emptied:
             # in place alone (the daily reload): the parent is not locked beyond ROW EXCLUSIVE,
             # readers of the other partitions are not held up (a replace_partitions empties
@@ -494,14 +503,12 @@ def finalize_partitioned(
         for n in in_place:
             if plan.mode.replaces_rows:
                 execute(conn, sql.truncate(*_qualified(leaves[n])))
-            _insert_leaf(conn, plan, n)
-            inserted.append(n)
+            inserted[n] = _insert_leaf(conn, plan, n)
         for n, names in built.items():
             if not plan.mode.replaces_rows and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
             ):  # rows came in since finalize looked: append in place after all
-                _insert_leaf(conn, plan, n)
-                inserted.append(n)
+                inserted[n] = _insert_leaf(conn, plan, n)
             else:
                 _swap_leaf(conn, plan, n, leaves[n], *names)
         if plan.mode.whole_target:  # (reads the names of every partition, under the lock)
@@ -513,11 +520,16 @@ def finalize_partitioned(
                 ):
                     execute(conn, sql.truncate(leaf_schema, name))
         history.close_visible(conn, plan, totals, replaced)
-    if inserted and plan.settings.analyze:
-        with clock.phase("analyze"):
-            for n in inserted:
-                execute(conn, sql.analyze(t.schema, leaves[n].definition.table))
-                conn.commit()
+    if inserted:  # each when it pays (a replace's: always)
+        statistics.after_partitions_in_place(
+            conn,
+            plan,
+            clock,
+            [
+                (*_qualified(leaves[n]), None if plan.mode.replaces_rows else rows)
+                for n, rows in inserted.items()
+            ],
+        )
     log.info(
         "Load %s: %s into %s: %d table partitions received rows; %d swapped in by ATTACH "
         "PARTITION, %d loaded in place%s",
@@ -529,6 +541,18 @@ def finalize_partitioned(
         len(inserted),
         ", the others emptied" if plan.mode.whole_target else "",
     )
+
+
+def _others_with_rows(conn: DatabaseConnection, plan: LoadPlan) -> list[tuple[str, str]]:
+    """The target's partitions that this load does not load and that hold rows (a replace
+    empties them)."""
+    t = plan.target
+    mine = {_qualified(leaf) for leaf in _parts(plan).leaves}
+    return [
+        (leaf_schema, name)
+        for leaf_schema, name in execute(conn, sql.leaf_names(t.oid))
+        if (leaf_schema, name) not in mine and scalar(conn, sql.has_rows(leaf_schema, name))
+    ]
 
 
 def _replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
@@ -586,9 +610,9 @@ def side_by_side(plan: LoadPlan) -> int:
 
 def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
     """At the start of finalize (in one process and under Airflow alike, on finalize's extra
-    sessions): build the partitions finalize will swap in (indexes, constraints), up to
-    ``jobs`` at once, each thread on a session of its own (``sessions``); finalize then finds
-    them built, ANALYZEs them and swaps them in (each build step is committed and skipped
+    sessions): build the partitions finalize will swap in (indexes, constraints, ANALYZE), up
+    to ``jobs`` at once, each thread on a session of its own (``sessions``); finalize then finds
+    them built and analyzed, and swaps them in (each build step is committed and skipped
     when found done). Nothing here touches the target.
     ``plan`` as :func:`route` returned it.
 
@@ -607,20 +631,17 @@ def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
     if len(swapped) < 2:
         return 0.0
 
-    # ANALYZE is left to finalize: it cannot tell whether a table was analyzed, and would
-    # analyze it again (indexes and constraints it finds built)
-    unanalyzed = dataclasses.replace(
-        plan, settings=dataclasses.replace(plan.settings, analyze=False)
-    )
+    workers = min(jobs, len(swapped))
 
+    # each leaf's ANALYZE too, in its build (finalize then finds it built and analyzed, and
+    # skips both: build.build_on_staging)
     def build(number: int, conn: DatabaseConnection) -> None:
         try:
-            _build_leaf(conn, unanalyzed, number, PhaseClock())
+            _build_leaf(conn, plan, number, PhaseClock(), alongside=workers)
         except BaseException:
             rollback_quietly(conn)
             raise  # finalize translates it (and finds the row of a broken constraint)
 
-    workers = min(jobs, len(swapped))
     setup = [
         sql.set_config("lock_timeout", plan.settings.lock_timeout),
         sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem),
@@ -659,14 +680,14 @@ def _ledger(plan: LoadPlan) -> sql.Composable:
     return sql.ledger_rows(plan.target.schema, plan.ledger_table)
 
 
-def _insert_leaf(conn: DatabaseConnection, plan: LoadPlan, number: int) -> None:
+def _insert_leaf(conn: DatabaseConnection, plan: LoadPlan, number: int) -> int:
     """Insert a partition's staged rows in place, through the parent (they go to the same
     partition; the role needs INSERT on the parent only, as for a plain append): every
     column but the generated ones, as staging holds them (an identity column not loaded was
-    numbered from the target's sequence there)."""
+    numbered from the target's sequence there). Returns the rows inserted."""
     t = plan.target
     columns = [c.name for c in t.columns if not c.generated]
-    execute(
+    return execute_count(
         conn,
         sql.insert_from_staging(
             t.schema,
@@ -716,10 +737,11 @@ def _to_swap(conn: DatabaseConnection, plan: LoadPlan, loaded: list[int]) -> lis
 
 
 def _build_leaf(
-    conn: DatabaseConnection, plan: LoadPlan, number: int, clock: PhaseClock
+    conn: DatabaseConnection, plan: LoadPlan, number: int, clock: PhaseClock, alongside: int = 1
 ) -> tuple[dict[str, str], dict[str, str]]:
-    """Build on a partition's new table what the partition has; each step commits and a
-    retry skips what is done. Returns the temporary index and constraint names."""
+    """Build on a partition's new table what the partition has, then ANALYZE it; each step
+    commits and a retry skips what is done. Returns the temporary index and constraint names.
+    ``alongside``: partitions built at once (they share the server's parallel workers)."""
     built_plan = leaf_plan(plan, number)
     t = plan.target
     stage = built_plan.staging_table
@@ -730,7 +752,7 @@ def _build_leaf(
         with clock.phase("set_logged"):
             execute(conn, sql.set_logged(t.schema, stage))
             conn.commit()
-    return build.build_on_staging(conn, built_plan, clock, state)
+    return build.build_on_staging(conn, built_plan, clock, state, alongside=alongside)
 
 
 def _swap_leaf(
