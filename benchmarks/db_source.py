@@ -5,17 +5,17 @@
 
 Workload A (``readings``: id PK, meter_id FK to ``meters``, reading, date; 15,000 meters x 365
 days = 5,475,000 rows) lives in a source database of its own on the same server
-(``bench_dbsrc_source``, built once, not timed; kept and reused when it already holds the
-rows) and, for the SQLite methods, in a SQLite file with the same rows. Each method loads it
-into a target on the server at ``--conn``:
+(``bench_dbsrc_source``; ``--name`` gives another prefix), built once, not timed, kept and
+reused when it already holds the rows, and, for the SQLite methods, in a SQLite file with
+the same rows. Each method loads it into a target on the server at ``--conn``:
 
 - ``floor``: ``psql \\copy (SELECT ...) TO STDOUT | psql \\copy ... FROM STDIN`` into an
   UNLOGGED table without index or key (what a database-to-database load cannot beat);
 - ``pgcopydb``: ``pgcopydb copy table-data`` then ``copy indexes`` then ``copy constraints``
   (2 table jobs, 2 index jobs), then the foreign key (``copy constraints`` makes only the
   constraints backed by an index; ``pgcopydb clone`` restores FKs with pg_restore: here the
-  same ALTER TABLE by psql), into a fresh database whose tables the source's pre-data
-  schema made (``pg_dump --section=pre-data``, not timed): end to end, PK + FK;
+  same ALTER TABLE by psql), into a fresh database holding the source's pre-data (the tables
+  without keys, as ``pg_dump --section=pre-data`` makes them; not timed): end to end, PK + FK;
 - ``project_1`` / ``project_2``: this project's CLI in replace mode, ``--source-url`` +
   ``--source-table``, one COPY stream, or ``--split-by id --partitions 2``; the target has PK +
   FK and is emptied (TRUNCATE, not timed) before each run, as pgcopydb's is fresh;
@@ -36,6 +36,7 @@ otherwise), and for the key-carrying targets the PK and FK must be there.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import platform
@@ -43,7 +44,6 @@ import shlex
 import shutil
 import sqlite3
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,10 +66,8 @@ from benchmarks.peers import pgcopydb_uri
 from benchmarks.server import postmaster_of
 
 REPO = Path(__file__).resolve().parent.parent
-SOURCE_DB = "bench_dbsrc_source"
-PGCOPYDB_DB = "bench_dbsrc_pgcopydb"
+NAME = "bench_dbsrc"  # the target's schema; the databases are NAME_source and NAME_pgcopydb
 SOURCE_SCHEMA = "bench_a"
-SCHEMA = "bench_dbsrc"
 COLUMNS = ("id", "meter_id", "reading", "date")
 SELECT = "SELECT id, meter_id, reading, date FROM bench_a.readings"
 
@@ -117,6 +115,7 @@ class Run:
     load_before: float
     ok: bool
     error: str = ""
+    checksum: int = 0  # of the target's rows after the run (see :func:`checksum`)
     steps: dict[str, float] = field(default_factory=dict)
 
 
@@ -185,12 +184,12 @@ def checksum(dsn: str, table: str, subset: int | None = None) -> tuple[int, int]
     return int(count), int(total)
 
 
-def build_source(dsn: str, meters: int, days: int) -> str:
-    """The source database holding workload A (PK + FK, vacuumed), reused when it holds the
-    rows already. Returns its DSN."""
-    source = dsn_for(dsn, SOURCE_DB)
+def build_source(dsn: str, name: str, meters: int, days: int) -> str:
+    """The source database ``name`` holding workload A (PK + FK, vacuumed), reused when it
+    holds the rows already. Returns its DSN."""
+    source = dsn_for(dsn, name)
     rows = meters * days
-    if _database_exists(dsn, SOURCE_DB):
+    if _database_exists(dsn, name):
         try:
             with psycopg.connect(source) as conn:
                 got = conn.execute(
@@ -201,7 +200,7 @@ def build_source(dsn: str, meters: int, days: int) -> str:
                 return source
         except psycopg.Error:
             pass
-    _recreate_database(dsn, SOURCE_DB)
+    _recreate_database(dsn, name)
     with psycopg.connect(source) as conn:
         demo_workload.create_schema(conn, SOURCE_SCHEMA)
         demo_workload.fill_meters(conn, SOURCE_SCHEMA, meters)
@@ -248,17 +247,19 @@ def build_sqlite(source: str, path: Path, rows: int) -> None:
     lite.close()
 
 
-def build_target(dsn: str, meters: int) -> None:
+def build_target(dsn: str, schema: str, meters: int) -> None:
     """The target schema: ``meters`` (filled), ``readings`` (the project's target, identity PK
     + FK, as workload A's) and ``gt_readings`` (GenericTransfer's: PK + FK, a plain bigint id,
     since its INSERTs give the id)."""
     with psycopg.connect(dsn) as conn:
-        demo_workload.drop_schema(conn, SCHEMA)
-        demo_workload.create_schema(conn, SCHEMA)
-        demo_workload.fill_meters(conn, SCHEMA, meters)
+        demo_workload.drop_schema(conn, schema)
+        demo_workload.create_schema(conn, schema)
+        demo_workload.fill_meters(conn, schema, meters)
         conn.execute(
-            "CREATE TABLE bench_dbsrc.gt_readings (id bigint PRIMARY KEY,"
-            " meter_id bigint REFERENCES bench_dbsrc.meters, reading double precision, date date)"
+            sql.SQL(
+                "CREATE TABLE {} (id bigint PRIMARY KEY, meter_id bigint REFERENCES {},"
+                " reading double precision, date date)"
+            ).format(sql.Identifier(schema, "gt_readings"), sql.Identifier(schema, "meters"))
         )
         conn.commit()
 
@@ -287,6 +288,7 @@ class Context:
     workdir: Path
     rows: int
     subset: int
+    schema: str  # the target's; NAME unless told
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
 
@@ -309,16 +311,16 @@ def _psql(dsn: str, command: str) -> str:
 def prepare_floor(ctx: Context) -> Prepared:
     _admin(
         ctx.dsn,
-        sql.SQL("DROP TABLE IF EXISTS bench_dbsrc.floor"),
+        sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(ctx.schema, "floor")),
         sql.SQL(
-            "CREATE UNLOGGED TABLE bench_dbsrc.floor (id bigint, meter_id bigint,"
+            "CREATE UNLOGGED TABLE {} (id bigint, meter_id bigint,"
             " reading double precision, date date)"
-        ),
+        ).format(sql.Identifier(ctx.schema, "floor")),
     )
     out = _psql(ctx.source, f"\\copy ({SELECT}) TO STDOUT")
-    into = _psql(ctx.dsn, "\\copy bench_dbsrc.floor (id, meter_id, reading, date) FROM STDIN")
+    into = _psql(ctx.dsn, f"\\copy {ctx.schema}.floor (id, meter_id, reading, date) FROM STDIN")
     command = ["bash", "-c", f"set -o pipefail; {out} | {into}"]
-    return Prepared([("pipe", command)], ctx.dsn, "bench_dbsrc.floor", keys=False)
+    return Prepared([("pipe", command)], ctx.dsn, f"{ctx.schema}.floor", keys=False)
 
 
 # pgcopydb's ``copy constraints`` makes the constraints backed by an index (the PK); a foreign
@@ -329,20 +331,20 @@ _FK = (
 )
 
 
+# The source's pre-data, as ``pg_dump --section=pre-data`` gives it: the tables without their
+# keys (pg_dump itself is left out: its version must match the server's).
+_PRE_DATA = (
+    "CREATE SCHEMA bench_a",
+    "CREATE TABLE bench_a.meters (id bigint NOT NULL)",
+    "CREATE TABLE bench_a.readings (id bigint NOT NULL GENERATED ALWAYS AS IDENTITY,"
+    " meter_id bigint, reading double precision, date date)",
+)
+
+
 def prepare_pgcopydb(ctx: Context) -> Prepared:
-    _recreate_database(ctx.dsn, PGCOPYDB_DB)
-    target = dsn_for(ctx.dsn, PGCOPYDB_DB)
-    dump = subprocess.run(
-        ["pg_dump", "--section=pre-data", "--no-owner", "--no-acl", "-d", ctx.source],
-        check=True,
-        capture_output=True,
-    )
-    subprocess.run(
-        ["psql", target, "-X", "-q", "-v", "ON_ERROR_STOP=1"],
-        input=dump.stdout,
-        check=True,
-        capture_output=True,
-    )
+    _recreate_database(ctx.dsn, f"{ctx.schema}_pgcopydb")
+    target = dsn_for(ctx.dsn, f"{ctx.schema}_pgcopydb")
+    _admin(target, *(sql.SQL(statement) for statement in _PRE_DATA))
     directory = ctx.workdir / "pgcopydb"
     shutil.rmtree(directory, ignore_errors=True)
     common = [
@@ -382,7 +384,7 @@ def prepare_pgcopydb(ctx: Context) -> Prepared:
 
 
 def _project(ctx: Context, source_url: str, *extra: str) -> Prepared:
-    _admin(ctx.dsn, sql.SQL("TRUNCATE bench_dbsrc.readings"))
+    _admin(ctx.dsn, sql.SQL("TRUNCATE {}").format(sql.Identifier(ctx.schema, "readings")))
     command = [
         ctx.python,
         "-m",
@@ -391,14 +393,14 @@ def _project(ctx: Context, source_url: str, *extra: str) -> Prepared:
         "--conn",
         ctx.dsn,
         "--table",
-        "bench_dbsrc.readings",
+        f"{ctx.schema}.readings",
         "--mode",
         "replace",
         "--source-url",
         source_url,
         *extra,
     ]
-    return Prepared([("load", command)], ctx.dsn, "bench_dbsrc.readings", keys=True)
+    return Prepared([("load", command)], ctx.dsn, f"{ctx.schema}.readings", keys=True)
 
 
 def _subset_query(ctx: Context, table: str) -> str:
@@ -421,8 +423,10 @@ def _generic_transfer(ctx: Context, source_url: str, query: str) -> Prepared:
         url_for(ctx.dsn),
         "--query",
         query,
+        "--name",
+        ctx.schema,
     ]
-    return Prepared([("execute", command)], ctx.dsn, "bench_dbsrc.gt_readings", keys=True)
+    return Prepared([("execute", command)], ctx.dsn, f"{ctx.schema}.gt_readings", keys=True)
 
 
 PREPARE: dict[str, Callable[[Context], Prepared]] = {
@@ -455,7 +459,7 @@ PREPARE: dict[str, Callable[[Context], Prepared]] = {
 }
 
 
-def generic_transfer(source_url: str, target_url: str, query: str) -> None:
+def generic_transfer(source_url: str, target_url: str, query: str, schema: str) -> None:
     """Airflow's GenericTransfer, run through its ``execute()`` in this process, as a task
     would run it: connections from ``AIRFLOW_CONN_*``, default options, a TRUNCATE of the
     destination as its preoperator."""
@@ -470,11 +474,34 @@ def generic_transfer(source_url: str, target_url: str, query: str) -> None:
         sql=query,
         source_conn_id="bench_source",
         destination_conn_id="bench_target",
-        destination_table="bench_dbsrc.gt_readings",
-        preoperator="TRUNCATE bench_dbsrc.gt_readings",
+        destination_table=f"{schema}.gt_readings",
+        preoperator=f"TRUNCATE {schema}.gt_readings",
         insert_args={"target_fields": list(COLUMNS)},
     )
     task.execute(context={})  # type: ignore[arg-type]
+
+
+# A small launcher between this process and each measured command: a child's ru_maxrss
+# starts from the RSS of the process it was forked from (Linux carries the high-water mark
+# over fork and exec), so a command started straight from this process (70 MiB of psycopg and
+# the package) would show at least that. Started with -S, the launcher is about 9 MiB.
+_LAUNCHER = """
+import os, resource, sys
+out, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+_, status = os.waitpid(pid, 0)
+with open(out, "w") as f:
+    f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def launched(command: list[str], rss_file: Path) -> list[str]:
+    """``command`` started through the launcher, which writes its peak RSS (KiB, the largest
+    of it and its descendants) to ``rss_file``."""
+    return [sys.executable, "-S", "-c", _LAUNCHER, str(rss_file), *command]
 
 
 def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]) -> Run:
@@ -495,22 +522,29 @@ def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]
     for name, command in prepared.commands:
         with open(log, "a") as f:
             f.write(f"\n=== rep {rep} {name}: {shlex.join(command)}\n")
+        rss_file = ctx.workdir / f"{method.key}.rss"
+        rss_file.unlink(missing_ok=True)
         m = run_measured(
-            command, log_path=log, postmaster=postmaster, env=ctx.env, cwd=REPO, new_session=True
+            launched(command, rss_file),
+            log_path=log,
+            postmaster=postmaster,
+            env=ctx.env,
+            cwd=REPO,
+            new_session=True,
         )
         steps[name] = round(m.wall, 3)
         wall += m.wall
         client += m.client_cpu
         server = None if server is None or m.server_cpu is None else server + m.server_cpu
         other = None if other is None or m.other_cpu is None else other + m.other_cpu
-        rss = max(rss, m.peak_rss_kb)
+        rss = max(rss, int(rss_file.read_text()) if rss_file.exists() else 0)
         if m.returncode != 0:
             error = f"{name} exited {m.returncode}: see {log}"
             break
-    rows = 0
+    rows = total = 0
     if not error:
         got = checksum(prepared.check_dsn, prepared.check_table)
-        rows = got[0]
+        rows, total = got
         if got != expected:
             error = f"{prepared.check_table}: {got} rows/checksum, expected {expected}"
         elif prepared.keys and _keys(prepared.check_dsn, prepared.check_table) != ["f", "p"]:
@@ -528,6 +562,7 @@ def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]
         load_before=load_before,
         ok=not error,
         error=error,
+        checksum=total,
         steps=steps,
     )
 
@@ -654,6 +689,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--methods", default=",".join(m.key for m in METHODS))
     parser.add_argument("--workdir", type=Path)
+    parser.add_argument(
+        "--name", default=NAME, help="the target's schema; databases NAME_source, NAME_pgcopydb"
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--generic-transfer", action="store_true", help=argparse.SUPPRESS)
@@ -662,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--query", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.generic_transfer:  # the worker: one GenericTransfer, in this process
-        generic_transfer(args.source_url, args.target_url, args.query)
+        generic_transfer(args.source_url, args.target_url, args.query, args.name)
         return 0
     if not args.conn:
         parser.error("--conn (or PG_BULK_TEST_DSN) is required")
@@ -673,19 +711,31 @@ def main(argv: list[str] | None = None) -> int:
     if "pgcopydb" in keys and shutil.which("pgcopydb") is None:
         print("pgcopydb is not installed: its method is left out", file=sys.stderr)
         keys.remove("pgcopydb")
+    if "sqlite_generic_transfer" in keys and importlib.util.find_spec("airflow") is not None:
+        try:
+            sqlite_provider = importlib.util.find_spec("airflow.providers.sqlite")
+        except ModuleNotFoundError:
+            sqlite_provider = None
+        if sqlite_provider is None:
+            print(
+                "apache-airflow-providers-sqlite is not importable: sqlite_generic_transfer"
+                " is left out",
+                file=sys.stderr,
+            )
+            keys.remove("sqlite_generic_transfer")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-dbsrc-"))
     workdir.mkdir(parents=True, exist_ok=True)
     rows = args.meters * args.days
     subset = min(args.subset, rows)
     started = time.time()
-    source = build_source(args.conn, args.meters, args.days)
+    source = build_source(args.conn, f"{args.name}_source", args.meters, args.days)
     sqlite_path = workdir / "readings.db"
     if any(BY_KEY[k].sqlite for k in keys):
         build_sqlite(source, sqlite_path, rows)
-    build_target(args.conn, args.meters)
+    build_target(args.conn, args.name, args.meters)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    ctx = Context(args.conn, source, sqlite_path, workdir, rows, subset, env=env)
+    ctx = Context(args.conn, source, sqlite_path, workdir, rows, subset, args.name, env=env)
     expected = {
         False: checksum(source, "bench_a.readings"),
         True: checksum(source, "bench_a.readings", subset),
