@@ -666,8 +666,9 @@ def markdown(result: dict[str, Any]) -> str:
         "|---|---|---|---|---|---|",
     ]
     for key, m in result["medians"].items():
+        label = BY_KEY[key].label.replace("|", "\\|")  # a pipe in a cell ends it
         lines.append(
-            f"| `{key}` | {BY_KEY[key].label} | {m['rows']:,} | {m['seconds']} | "
+            f"| `{key}` | {label} | {m['rows']:,} | {m['seconds']} | "
             f"{m['rows_per_s']:,} | {m['peak_rss_mb']} |"
         )
     lines += ["", "| target | measured | limit | met | how |", "|---|---|---|---|---|"]
