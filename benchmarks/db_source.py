@@ -309,6 +309,7 @@ def _psql(dsn: str, command: str) -> str:
 
 
 def prepare_floor(ctx: Context) -> Prepared:
+    """The psql pipe into a fresh UNLOGGED table without index."""
     _admin(
         ctx.dsn,
         sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(ctx.schema, "floor")),
@@ -342,6 +343,7 @@ _PRE_DATA = (
 
 
 def prepare_pgcopydb(ctx: Context) -> Prepared:
+    """pgcopydb's copy, index and constraint steps, then the FK, into a fresh database."""
     _recreate_database(ctx.dsn, f"{ctx.schema}_pgcopydb")
     target = dsn_for(ctx.dsn, f"{ctx.schema}_pgcopydb")
     _admin(target, *(sql.SQL(statement) for statement in _PRE_DATA))
@@ -644,7 +646,7 @@ def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
 def markdown(result: dict[str, Any]) -> str:
     """Every run, the medians, the targets."""
     lines = [
-        f"Run {result['date']}, {result['host']}, {result['cpus']} CPUs, load average before "
+        f"Finished {result['date']}, {result['host']}, {result['cpus']} CPUs, load average before "
         f"{result['load_before']}, after {result['load_after']}; {result['server']}.",
         f"Rows: {result['rows']:,} (subset {result['subset']:,}).",
         "",
