@@ -1,0 +1,68 @@
+"""benchmarks/db_source.py at a tiny size: every method (the psql pipe, pgcopydb when it is
+installed, GenericTransfer, this project from PostgreSQL and from SQLite) loads the same rows
+as the source holds. No timing is asserted (this machine is shared and noisy)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import psycopg
+from psycopg import sql
+
+NAME = "test_dbsrc"
+
+
+def _expected_methods() -> set[str]:
+    from benchmarks import db_source
+
+    methods = {m.key for m in db_source.METHODS}
+    if shutil.which("pgcopydb") is None:
+        methods.discard("pgcopydb")  # the benchmark leaves it out and says so
+    try:
+        sqlite_provider = importlib.util.find_spec("airflow.providers.sqlite")
+    except ModuleNotFoundError:
+        sqlite_provider = None
+    if sqlite_provider is None:
+        methods.discard("sqlite_generic_transfer")  # Airflow's sqlite connection needs it
+    return methods
+
+
+def _drop(pg_dsn: str) -> None:
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(NAME)))
+        for db in (f"{NAME}_source", f"{NAME}_pgcopydb"):
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(db))
+            )
+
+
+def test_every_method_loads_the_sources_rows(pg_dsn: str, tmp_path: Path) -> None:
+    from benchmarks import db_source
+
+    out, data = tmp_path / "db_source.md", tmp_path / "db_source.json"
+    argv = ["--conn", pg_dsn, "--name", NAME, "--meters", "30", "--days", "7", "--subset", "50"]
+    try:
+        files = ["--workdir", str(tmp_path), "--json", str(data), "--out", str(out)]
+        code = db_source.main([*argv, "--reps", "1", *files])
+    finally:
+        _drop(pg_dsn)
+    result = json.loads(data.read_text())
+    runs = {r["method"]: r for r in result["runs"]}
+    assert code == 0, [r["error"] for r in runs.values() if not r["ok"]]
+    assert set(runs) == _expected_methods()
+    assert all(r["ok"] for r in runs.values())
+    loaded: dict[bool, set[tuple[int, int]]] = {True: set(), False: set()}
+    for r in runs.values():
+        loaded[db_source.BY_KEY[r["method"]].subset].add((r["rows"], r["checksum"]))
+    whole, subset = loaded[False], loaded[True]
+    assert len(whole) == 1 and whole.pop()[0] == 30 * 7  # every full load: the same rows
+    assert len(subset) == 1 and subset.pop()[0] == 50  # every subset load: the same 50 rows
+    if "pgcopydb" in runs:  # end to end: its copy, its index step, the foreign key
+        assert set(runs["pgcopydb"]["steps"]) == {"table-data", "indexes", "constraints",
+                                                   "foreign key"}  # fmt: skip
+    text = out.read_text()
+    assert all(f"| `{key}` | 1 |" in text for key in runs)
+    assert {t["target"].split(" ")[0] for t in result["targets"]} >= {"project", "project_subset"}
