@@ -356,7 +356,7 @@ STEPS = [
 ]
 # the same, each partition loaded in place (few rows)
 IN_PLACE_STEPS = [
-    ("replace_partitions", "more_rows_than"),  # routing: in place or swapped?
+    ("replace_partitions", "too_big_or_triggered"),  # routing: in place or swapped?
     ("replace_partitions", "truncate"),  # emptying a partition before its rows go in
     ("replace_partitions", "insert_from_staging"),
     ("replace_partitions", "mark_finalized"),

@@ -48,8 +48,13 @@ def finalize(
         with clock.phase("check"):
             # for the whole session: every statement of finalize (the DDL on staging too, which
             # a killed earlier attempt's backend may still lock) waits at most lock_timeout
-            execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout))
-            execute(conn, sql.load_lock(plan.load_id))
+            execute(
+                conn,
+                sql.in_one_round_trip(
+                    sql.set_config("lock_timeout", plan.settings.lock_timeout),
+                    sql.load_lock(plan.load_id),
+                ),
+            )
             conn.commit()
             locked = True
             repair.repair(conn, plan)  # ranges cut at a wrongly guessed record start

@@ -36,6 +36,7 @@ from airflow_pg_bulk.sql.catalog import (
 )
 from airflow_pg_bulk.sql.compose import (
     column_names,
+    in_one_round_trip,
     table_identifier,
 )
 from airflow_pg_bulk.sql.ddl import (
@@ -151,6 +152,7 @@ from airflow_pg_bulk.sql.partitions import (
     sequence_options,
     set_column,
     set_default,
+    too_big_or_triggered,
     truncate,
     unrouted_row,
     unsupported_partition,
@@ -275,6 +277,7 @@ __all__ = [
     "has_user_triggers",
     "identity_sequence",
     "in_no_partition",
+    "in_one_round_trip",
     "in_partition",
     "insert_from_staging",
     "insert_loaded_rebuild",
@@ -360,6 +363,7 @@ __all__ = [
     "target_size",
     "terminate_load_sessions",
     "text_array",
+    "too_big_or_triggered",
     "trim_load_history",
     "truncate",
     "unique_indexes",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from psycopg.sql import SQL, Composed, Identifier
+from psycopg.sql import SQL, Composable, Composed, Identifier
 
 
 def table_identifier(schema: str, name: str) -> Identifier:
@@ -15,3 +15,12 @@ def table_identifier(schema: str, name: str) -> Identifier:
 def column_names(names: Sequence[str]) -> Composed:
     """Column names, comma-separated."""
     return SQL(", ").join(Identifier(n) for n in names)
+
+
+def in_one_round_trip(*statements: Composable) -> Composed:
+    """Statements sent together, as one query string (the simple query protocol, which both
+    drivers use for a statement without parameters): run one after another in the current
+    transaction; the first that fails stops the rest and raises. Only for statements whose
+    results are not read (the drivers return different ones: psycopg2 the last, psycopg 3 the
+    first)."""
+    return SQL("; ").join(statements)

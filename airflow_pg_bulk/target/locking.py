@@ -71,10 +71,19 @@ def lock_for_swap(
     tries = 0
     while True:
         tries += 1
-        execute(conn, sql.savepoint(_SAVEPOINT))
-        execute(conn, sql.set_config("lock_timeout", f"{TRY_MS}ms", local=True))
         try:
-            execute(conn, sql.lock_tables(tables, "ACCESS EXCLUSIVE", only=only))
+            # one round trip when the lock is granted (the usual case); the setting made
+            # after the savepoint goes back with it when the lock is not
+            execute(
+                conn,
+                sql.in_one_round_trip(
+                    sql.savepoint(_SAVEPOINT),
+                    sql.set_config("lock_timeout", f"{TRY_MS}ms", local=True),
+                    sql.lock_tables(tables, "ACCESS EXCLUSIVE", only=only),
+                    sql.release(_SAVEPOINT),
+                    sql.set_config("lock_timeout", f"{budget_ms}ms", local=True),
+                ),
+            )
         except Exception as exc:
             if not is_database_error(exc) or server_error(exc).sqlstate != _LOCK_NOT_AVAILABLE:
                 raise
@@ -91,8 +100,6 @@ def lock_for_swap(
             time.sleep(pause * random.uniform(0.5, 1.0))
             pause = min(pause * 2, PAUSE_SECONDS[1])
             continue
-        execute(conn, sql.release(_SAVEPOINT))
-        execute(conn, sql.set_config("lock_timeout", f"{budget_ms}ms", local=True))
         if tries > 1:
             log.info("Locked %s for the swap after %d tries", tables[0][1], tries)
         return tries

@@ -221,10 +221,8 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
         swapped = []
         for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
             table = naming.staging_partition(plan.load_id, number)
-            if (
-                t.triggers
-                or scalar(conn, sql.more_rows_than(t.schema, table, IN_PLACE_ROWS))
-                or scalar(conn, sql.has_user_triggers(leaf_schema, name))
+            if t.triggers or scalar(
+                conn, sql.too_big_or_triggered(t.schema, table, IN_PLACE_ROWS, leaf_schema, name)
             ):
                 swapped.append((leaf_schema, name))
                 continue
@@ -288,16 +286,21 @@ def _one_partition(
     if len(found) != 1 or not found[0][4]:
         return None
     first = naming.staging_partition(plan.load_id, 0)
-    execute(conn, sql.savepoint(_ALONE))
-    try:
-        execute(conn, sql.rename_table(t.schema, plan.staging_table, first))
-        execute(conn, sql.add_check(t.schema, first, naming.bound_check(plan.load_id), found[0][4]))
+    try:  # one round trip
+        execute(
+            conn,
+            sql.in_one_round_trip(
+                sql.savepoint(_ALONE),
+                sql.rename_table(t.schema, plan.staging_table, first),
+                sql.add_check(t.schema, first, naming.bound_check(plan.load_id), found[0][4]),
+                sql.release(_ALONE),
+            ),
+        )
     except Exception as exc:
         if not (is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION):
             raise
         execute(conn, sql.rollback_to(_ALONE))
         return None
-    execute(conn, sql.release(_ALONE))
     return found
 
 
