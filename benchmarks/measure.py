@@ -1,10 +1,18 @@
 """Run a process and measure it: wall seconds, its peak RSS and CPU time (``os.wait4``), the
-server's CPU time and the machine's busy CPU time meanwhile (to see other load: noise)."""
+server's CPU time and the machine's busy CPU time meanwhile (to see other load: noise).
+
+The peak RSS is measured through a small launcher (:data:`LAUNCHER`) between this process and
+the command: Linux carries a process's RSS high-water mark over exec (the memory it had when
+it was forked from us counts), so a command started straight from a benchmark holding 70-300
+MiB reported at least that (``/bin/true`` started from a process of 300 MiB: 311 MiB). The
+launcher, ``python -S``, is about 9 MiB: the floor of a peak measured now."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,6 +33,27 @@ class Measured:
     other_cpu: float | None  # busy CPU seconds of the machine not used by client or server
     load_before: float
     load_after: float
+
+
+#: forks and execs the command, waits for it, writes the peak RSS (KiB) of it and its
+#: descendants to the file named first, and exits with the command's exit status
+LAUNCHER = """
+import os, resource, sys
+out, argv = sys.argv[1], sys.argv[2:]
+pid = os.fork()
+if pid == 0:
+    os.execvp(argv[0], argv)
+_, status = os.waitpid(pid, 0)
+with open(out, "w") as f:
+    f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def launched(command: Sequence[str], rss_file: Path) -> list[str]:
+    """``command`` started through :data:`LAUNCHER`, which writes its peak RSS (KiB, the
+    largest of it and its descendants) to ``rss_file``."""
+    return [sys.executable, "-S", "-c", LAUNCHER, str(rss_file), *command]
 
 
 def loadavg() -> float:
@@ -50,10 +79,13 @@ def run_measured(
     load_before = loadavg()
     server_before = server_cpu_seconds(postmaster)
     busy_before = machine_busy_seconds()
+    rss_fd, rss_name = tempfile.mkstemp(prefix="pgbulk-rss-")
+    os.close(rss_fd)
+    rss_file = Path(rss_name)
     started = time.perf_counter()
     with open(log_path, "ab") as out:
         proc = subprocess.Popen(
-            list(cmd),
+            launched(cmd, rss_file),
             stdout=out,
             stderr=subprocess.STDOUT,
             env=dict(env) if env else None,
@@ -86,10 +118,20 @@ def run_measured(
     return Measured(
         returncode=proc.returncode,
         wall=wall,
-        peak_rss_kb=int(usage.ru_maxrss),
+        peak_rss_kb=_peak_rss(rss_file, int(usage.ru_maxrss)),
         client_cpu=client,
         server_cpu=server,
         other_cpu=other,
         load_before=load_before,
         load_after=loadavg(),
     )
+
+
+def _peak_rss(rss_file: Path, launcher_kb: int) -> int:
+    """The command's peak RSS as the launcher wrote it; the launcher's own (which floors it at
+    this process's size) when the launcher was killed before writing it."""
+    try:
+        text = rss_file.read_text().strip()
+    finally:
+        rss_file.unlink(missing_ok=True)
+    return int(text) if text else launcher_kb
