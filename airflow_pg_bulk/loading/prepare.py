@@ -9,9 +9,9 @@ import logging
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.loading import cleanup, create_target, ledger, sources
+from airflow_pg_bulk.loading import cleanup, create_target, ledger, survey
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
-from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
+from airflow_pg_bulk.target import catalog, history, rebuild, strategies
 
 log = logging.getLogger(__name__)
 
@@ -49,25 +49,18 @@ def prepare(
     try:
         if request.create_target:
             create_target.create_target_if_missing(conn, request, load_id, schema, table)
-        target = catalog.capture(conn, schema, table)
-        catalog.refuse_unsupported(target, request.mode)
-        catalog.refuse_without_privileges(conn, target, request.mode)
-        history.refuse_without_access(conn, schema)
+        found = survey.survey(conn, request, schema, table)
+        target, source_format, files, matched = (
+            found.target,
+            found.source,
+            found.files,
+            found.matched,
+        )
+        columns, key, total = found.columns, found.key, found.total_bytes
         cleanup.interval_seconds(conn, "abandoned_after", request.settings.abandoned_after)
         if not request.mode.replaces_rows:
             history.refuse_appending_twice(conn, schema, load_id, target.qualified)
         conn.rollback()
-        source_format = sources.for_request(request)
-        source_format.refuse_unsupported(request)
-        files = source_format.list_files(request)
-        matched = source_format.match(files, planning.loadable_columns(target))
-        columns = source_format.columns(request, target, matched)
-        key = None
-        if request.mode.keyed:
-            indexes = upsert.unique_indexes(conn, target)
-            conn.rollback()
-            key = planning.upsert_spec(request, target, columns, indexes)
-        total = sum(f.size for f in files)
         strategy = rebuild.resolve(conn, request, target, total, load_id)
         conn.rollback()
         partitions = source_format.cut(files, request.partition_count(total), matched)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.loading import sources
+from airflow_pg_bulk.loading import survey
 from airflow_pg_bulk.loading.copy import PartitionCopy
 from airflow_pg_bulk.plan import (
     LoadPlan,
@@ -27,7 +27,7 @@ from airflow_pg_bulk.plan.figures import rows_in_words
 from airflow_pg_bulk.source import formats
 from airflow_pg_bulk.source.listing import SourceFile, SourceKind
 from airflow_pg_bulk.sql.summary import row_estimates
-from airflow_pg_bulk.target import catalog, history, rebuild, strategies, upsert
+from airflow_pg_bulk.target import catalog, rebuild, strategies
 
 SHOWN_FILES = 20  # files listed by name in the text; the rest counted
 
@@ -140,40 +140,32 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
     read transaction rolled back)."""
     schema, table = naming.split_name(request.table)
     try:
-        target = catalog.capture(conn, schema, table)
-        catalog.refuse_unsupported(target, request.mode)
-        catalog.refuse_without_privileges(conn, target, request.mode)
-        history.refuse_without_access(conn, schema)
+        found = survey.survey(conn, request, schema, table)
+        target, files, total = found.target, found.files, found.total_bytes
         checks = [
             f"the definition of {target.qualified} ({len(target.columns)} columns, "
             f"{len(target.indexes)} indexes, {len(target.constraints)} constraints"
             + (f", partitioned by {target.partitioning.key}" if target.partitioning else "")
             + ")",
             f"the privileges {request.mode} needs",
+            f"the columns loaded: {', '.join(found.columns)}",
         ]
-        source_format = sources.for_request(request)
-        source_format.refuse_unsupported(request)
-        files = source_format.list_files(request)
-        matched = source_format.match(files, planning.loadable_columns(target))
-        columns = source_format.columns(request, target, matched)
-        checks.append(f"the columns loaded: {', '.join(columns)}")
-        key = request.mode.keyed
-        spec = None
-        if key:
-            spec = planning.upsert_spec(
-                request, target, columns, upsert.unique_indexes(conn, target)
-            )
-            checks.append(f"the key: {', '.join(spec.key)}")  # type: ignore[union-attr]
-        total = sum(f.size for f in files)
+        if found.key is not None:
+            checks.append(f"the key: {', '.join(found.key.key)}")
         if request.mode.takes_strategy:
             strategy, why = rebuild.choose(conn, request, target, total)
         else:
             strategy, why = "swap", "a replace builds the new rows beside the target"
-        streams = source_format.cut(files, request.partition_count(total), matched)
+        streams = found.source.cut(files, request.partition_count(total), found.matched)
         estimates = execute(conn, row_estimates(target.oid))
         conn.rollback()
         receiving = _receiving(
-            conn, request, target, (source_format, files, matched), columns, spec if key else None
+            conn,
+            request,
+            target,
+            (found.source, files, found.matched),
+            found.columns,
+            found.key,
         )
     finally:
         rollback_quietly(conn)
@@ -189,7 +181,7 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
         effect=_effect(request.mode, target.partitioning is not None),
         receiving=receiving,
-        database=None if matched.database is None else matched.database.describe(),
+        database=None if found.matched.database is None else found.matched.database.describe(),
     )
 
 
