@@ -67,7 +67,6 @@ from contextlib import contextmanager
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db import translate
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     close_cancelling,
@@ -363,16 +362,7 @@ def _unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str | None]
     shown = execute(conn, sql.unrouted_row(t.schema, plan.staging_table, plan.columns, constraints))
     conn.rollback()
     row = shown[0][0] if shown else "?"
-    found = violations.locate_failing(conn, plan, sql.in_no_partition(constraints))
-    path, line = found.rows[0] if found.rows else (None, None)
-    return BadDataError(
-        f"no table partition of {t.qualified} takes the loaded row {row} "
-        f"({', '.join(plan.columns)}), {found.describe()}. Nothing of this load reached "
-        f"{t.qualified}",
-        path=path,
-        line=line,
-        value=translate.truncate(row),
-    )
+    return violations.in_no_partition(conn, plan, constraints, row)
 
 
 def _routed_before(conn: DatabaseConnection, plan: LoadPlan) -> LoadPlan:

@@ -16,7 +16,6 @@ import logging
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, server_version
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.db.translate import truncate
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 from airflow_pg_bulk.plan.figures import PhaseClock
@@ -197,13 +196,11 @@ def _refuse_unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str 
         ),
     )[0][0]
     conn.rollback()
-    found = violations.locate_failing(conn, plan, sql.in_no_partition(constraints))
-    path, line = found.rows[0] if found.rows else (None, None)
-    raise BadDataError(
-        f"upsert into the partitioned {t.qualified}: no table partition of it takes the loaded "
-        f"row {row} ({', '.join(plan.columns)}), {found.describe()}. Nothing of this load "
-        f"reached {t.qualified}",
-        path=path,
-        line=line,
-        value=truncate(row),
+    raise violations.in_no_partition(
+        conn,
+        plan,
+        constraints,
+        row,
+        context=f"upsert into the partitioned {t.qualified}: ",
+        named="it",
     )

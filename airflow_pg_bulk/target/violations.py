@@ -51,6 +51,8 @@ from airflow_pg_bulk.db.driver import (
     execute,
     rollback_quietly,
 )
+from airflow_pg_bulk.db.translate import truncate
+from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.plan import LoadPlan, Piece
 from airflow_pg_bulk.source import lines, listing, reading
 from airflow_pg_bulk.source.listing import SourceKind
@@ -117,6 +119,33 @@ def locate_failing(conn: DatabaseConnection, plan: LoadPlan, condition: sql.Comp
     replayed row ``r`` (its loaded columns, e.g. :func:`airflow_pg_bulk.sql.in_no_partition`);
     never raises; when no row is found, the load's files."""
     return _search(conn, plan, lambda: [_failing(condition)]) or Found(files=_files(plan))
+
+
+def in_no_partition(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    constraints: list[str],
+    row: str,
+    *,
+    context: str = "",
+    named: str | None = None,
+) -> BadDataError:
+    """The error for a loaded ``row`` (as text) that no table partition of the target takes
+    (``constraints``: the partitions' own, one of which it fails each), naming it and, read
+    again from the source, its file and line. ``context`` opens the message; ``named``: how
+    it names the target ("no table partition of <named>"; default its name). The caller's
+    transaction was rolled back."""
+    t = plan.target
+    found = locate_failing(conn, plan, sql.in_no_partition(constraints))
+    path, line = found.rows[0] if found.rows else (None, None)
+    return BadDataError(
+        f"{context}no table partition of {named or t.qualified} takes the loaded row {row} "
+        f"({', '.join(plan.columns)}), {found.describe()}. Nothing of this load reached "
+        f"{t.qualified}",
+        path=path,
+        line=line,
+        value=truncate(row),
+    )
 
 
 def locate_repeated_key(conn: DatabaseConnection, plan: LoadPlan, key: list[str]) -> Found:
