@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+import psycopg
 from psycopg import sql as pg3sql
 from psycopg.adapt import Dumper
 
@@ -223,12 +224,50 @@ def copy_rows(
         cur.adapters.register_dumper(dict, JsonDumper)
         cur.adapters.register_dumper(list, JsonDumper)
         cur.adapters.register_dumper(object, _StrDumper)
+        done = 0
         with cur.copy(statement, writer=CountingWriter(cur)) as copy:
             write_row = copy.write_row
             for batch in batches:
-                for row in batch:
-                    write_row(row)
+                try:
+                    for row in batch:
+                        write_row(row)
+                except (psycopg.DataError, psycopg.ProgrammingError) as exc:
+                    raise _not_written(cur, batch, row, done, exc) from exc
+                done += len(batch)
         return int(cur.rowcount), sent
+
+
+class RowNotEncoded(Exception):
+    """A value psycopg 3 could not encode for COPY (a string holding NUL); the COPY was
+    aborted.
+
+    :param row: the row's 1-based number in the COPY stream.
+    :param column: the value's 0-based position in the row, when found.
+    :param value: the value."""
+
+    def __init__(self, message: str, row: int, column: int | None, value: Any) -> None:
+        super().__init__(message)
+        self.row = row
+        self.column = column
+        self.value = value
+
+
+def _not_written(
+    cur: Any, batch: Sequence[Any], row: Sequence[Any], done: int, exc: Exception
+) -> RowNotEncoded:
+    """The row that ``write_row`` refused, its number and the value it failed on."""
+    from psycopg.adapt import PyFormat, Transformer
+
+    number = done + 1 + next(i for i, each in enumerate(batch) if each is row)
+    dumpers = Transformer.from_context(cur)
+    for column, value in enumerate(row):
+        if value is None:
+            continue
+        try:
+            dumpers.get_dumper(value, PyFormat.TEXT).dump(value)
+        except Exception:
+            return RowNotEncoded(str(exc), number, column, value)
+    return RowNotEncoded(str(exc), number, None, None)
 
 
 def statement_in_flight(conn: Any) -> bool:

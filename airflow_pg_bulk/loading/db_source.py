@@ -678,6 +678,16 @@ def _copy_in(
                 f"{_reason(failed[0], _url(source.name))}. Nothing of this COPY stream was "
                 f"committed; {plan.target.qualified} is unchanged"
             ) from None
+        if isinstance(exc, driver.RowNotEncoded):  # refused by the driver, not the server
+            column = plan.columns[exc.column] if exc.column is not None else None
+            shown = None if exc.column is None else copy_text.field(exc.value)
+            where = f"source {source.name}{_range_text(source, bounds)}"
+            where += f", row {exc.row} of its COPY stream"
+            where += _rejected_key(plan, bounds, exc.row, column, shown)
+            err = driver.ServerError(None, str(exc), None, None, None)
+            raise translate.bad_value(
+                err, plan, source.name, where, column, shown, exc.row
+            ) from None
         if driver.is_database_error(exc):
             err = driver.server_error(exc)
             if is_data_sqlstate(err.sqlstate):  # a value the target's column does not take
