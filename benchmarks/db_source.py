@@ -36,6 +36,7 @@ otherwise), and for the key-carrying targets the PK and FK must be there.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import os
@@ -80,6 +81,7 @@ class Method:
     label: str
     subset: bool = False
     sqlite: bool = False
+    baseline: bool = False  # the project's code from ``--baseline`` (a tree before a change)
 
 
 METHODS: tuple[Method, ...] = (
@@ -95,6 +97,20 @@ METHODS: tuple[Method, ...] = (
     Method("sqlite_project", "SQLite: this project, replace, --source-table", sqlite=True),
     Method("sqlite_project_subset", "SQLite: this project, --query WHERE id <= subset", True, True),
     Method("sqlite_generic_transfer", "SQLite: GenericTransfer.execute(), defaults", True, True),
+)
+#: the project's methods run again from the ``--baseline`` tree (``<key>_before``), in the same
+#: run, so that a change is measured against the code before it under the same load
+BASELINE_OF = (
+    "project_1",
+    "project_2",
+    "project_subset",
+    "sqlite_project",
+    "sqlite_project_subset",
+)
+METHODS += tuple(
+    Method(f"{m.key}_before", f"{m.label} (--baseline tree)", m.subset, m.sqlite, baseline=True)
+    for m in METHODS
+    if m.key in BASELINE_OF
 )
 BY_KEY = {m.key: m for m in METHODS}
 
@@ -291,6 +307,7 @@ class Context:
     schema: str  # the target's; NAME unless told
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
+    baseline: Path | None = None  # the tree the ``_before`` methods run the project from
 
 
 @dataclass
@@ -302,6 +319,7 @@ class Prepared:
     check_dsn: str
     check_table: str
     keys: bool  # PK + FK expected on the checked table
+    tree: Path = REPO  # the commands' working directory, first on PYTHONPATH
 
 
 def _psql(dsn: str, command: str) -> str:
@@ -405,6 +423,16 @@ def _project(ctx: Context, source_url: str, *extra: str) -> Prepared:
     return Prepared([("load", command)], ctx.dsn, f"{ctx.schema}.readings", keys=True)
 
 
+def _before(key: str) -> Callable[[Context], Prepared]:
+    """Method ``key`` with the project's code from the ``--baseline`` tree."""
+
+    def prepare(ctx: Context) -> Prepared:
+        assert ctx.baseline is not None, "the _before methods need --baseline"
+        return dataclasses.replace(PREPARE[key](ctx), tree=ctx.baseline)
+
+    return prepare
+
+
 def _subset_query(ctx: Context, table: str) -> str:
     return f"SELECT id, meter_id, reading, date FROM {table} WHERE id <= {ctx.subset}"
 
@@ -459,6 +487,7 @@ PREPARE: dict[str, Callable[[Context], Prepared]] = {
         c, _sqlite_url(c), _subset_query(c, "readings")
     ),
 }
+PREPARE.update({f"{key}_before": _before(key) for key in BASELINE_OF})
 
 
 def generic_transfer(source_url: str, target_url: str, query: str, schema: str) -> None:
@@ -506,6 +535,12 @@ def launched(command: list[str], rss_file: Path) -> list[str]:
     return [sys.executable, "-S", "-c", _LAUNCHER, str(rss_file), *command]
 
 
+def _env_for(env: dict[str, str], tree: Path) -> dict[str, str]:
+    """``env`` with ``tree`` first on PYTHONPATH in place of this repository."""
+    rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]
+    return {**env, "PYTHONPATH": os.pathsep.join([str(tree), *rest])}
+
+
 def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]) -> Run:
     """Prepare (not timed), CHECKPOINT, run and measure the method's commands, check the
     target's rows."""
@@ -530,8 +565,8 @@ def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]
             launched(command, rss_file),
             log_path=log,
             postmaster=postmaster,
-            env=ctx.env,
-            cwd=REPO,
+            env=_env_for(ctx.env, prepared.tree),
+            cwd=prepared.tree,
             new_session=True,
         )
         steps[name] = round(m.wall, 3)
@@ -643,6 +678,21 @@ def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     return out
 
 
+def changes(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
+    """Each project method against its ``_before`` (the ``--baseline`` tree) in this run:
+    median seconds before and after, and before / after (above 1: faster now)."""
+    return [
+        {
+            "method": key,
+            "before": med[f"{key}_before"]["seconds"],
+            "after": med[key]["seconds"],
+            "speedup": round(med[f"{key}_before"]["seconds"] / med[key]["seconds"], 2),
+        }
+        for key in BASELINE_OF
+        if key in med and f"{key}_before" in med
+    ]
+
+
 def markdown(result: dict[str, Any]) -> str:
     """Every run, the medians, the targets."""
     lines = [
@@ -679,6 +729,14 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {t['target']} | {t['value']} | {t['limit']} | {'met' if t['met'] else 'MISSED'} "
             f"| {t['how']} |"
         )
+    if result.get("changes"):
+        lines += [
+            "",
+            "| method | before (--baseline) median s | after median s | before / after |",
+            "|---|---|---|---|",
+        ]
+        for c in result["changes"]:
+            lines.append(f"| `{c['method']}` | {c['before']} | {c['after']} | {c['speedup']} |")
     return "\n".join(lines) + "\n"
 
 
@@ -690,7 +748,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--days", type=int, default=365)
     parser.add_argument("--subset", type=int, default=100_000)
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--methods", default=",".join(m.key for m in METHODS))
+    parser.add_argument(
+        "--methods", help="default: every method (the _before ones with --baseline)"
+    )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        help="a tree of this project before a change (git worktree add DIR REV): its _before"
+        " methods run the project from there, in the same run",
+    )
     parser.add_argument("--workdir", type=Path)
     parser.add_argument(
         "--name", default=NAME, help="the target's schema; databases NAME_source, NAME_pgcopydb"
@@ -707,10 +773,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.conn:
         parser.error("--conn (or PG_BULK_TEST_DSN) is required")
-    keys = [k for k in args.methods.split(",") if k]
+    every = [m.key for m in METHODS if args.baseline or not m.baseline]
+    keys = [k for k in (args.methods or ",".join(every)).split(",") if k]
     unknown = set(keys) - set(BY_KEY)
     if unknown:
         parser.error(f"unknown methods: {sorted(unknown)}")
+    if any(BY_KEY[k].baseline for k in keys) and args.baseline is None:
+        parser.error("the _before methods need --baseline")
     if "pgcopydb" in keys and shutil.which("pgcopydb") is None:
         print("pgcopydb is not installed: its method is left out", file=sys.stderr)
         keys.remove("pgcopydb")
@@ -738,7 +807,17 @@ def main(argv: list[str] | None = None) -> int:
     build_target(args.conn, args.name, args.meters)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
-    ctx = Context(args.conn, source, sqlite_path, workdir, rows, subset, args.name, env=env)
+    ctx = Context(
+        args.conn,
+        source,
+        sqlite_path,
+        workdir,
+        rows,
+        subset,
+        args.name,
+        env=env,
+        baseline=args.baseline.resolve() if args.baseline else None,
+    )
     expected = {
         False: checksum(source, "bench_a.readings"),
         True: checksum(source, "bench_a.readings", subset),
@@ -766,6 +845,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": [asdict(r) for r in runs],
         "medians": med,
         "targets": targets(med),
+        "changes": changes(med),
     }
     if args.json:
         args.json.write_text(json.dumps(result, indent=2))

@@ -18,7 +18,7 @@ NAME = "test_dbsrc"
 def _expected_methods() -> set[str]:
     from benchmarks import db_source
 
-    methods = {m.key for m in db_source.METHODS}
+    methods = {m.key for m in db_source.METHODS if not m.baseline}  # those need --baseline
     if shutil.which("pgcopydb") is None:
         methods.discard("pgcopydb")  # the benchmark leaves it out and says so
     try:
@@ -66,3 +66,35 @@ def test_every_method_loads_the_sources_rows(pg_dsn: str, tmp_path: Path) -> Non
     text = out.read_text()
     assert all(f"| `{key}` | 1 |" in text for key in runs)
     assert {t["target"].split(" ")[0] for t in result["targets"]} >= {"project", "project_subset"}
+
+
+def test_baseline_methods_run_the_project_from_another_tree(pg_dsn: str, tmp_path: Path) -> None:
+    """``--baseline DIR`` runs the ``_before`` methods from DIR, in the same run, and the report
+    compares each with its method; here DIR is a copy of this tree whose CLI leaves a mark,
+    so the run shows which code it ran."""
+    from benchmarks import db_source
+
+    repo = Path(db_source.__file__).resolve().parent.parent
+    tree = tmp_path / "before"
+    shutil.copytree(repo / "airflow_pg_bulk", tree / "airflow_pg_bulk")
+    mark = tmp_path / "ran-from-baseline"
+    cli = tree / "airflow_pg_bulk" / "cli.py"
+    future = "from __future__ import annotations\n"
+    marked = f"{future}open({str(mark)!r}, 'a').write('x')\n"
+    cli.write_text(cli.read_text().replace(future, marked, 1))
+    data = tmp_path / "db_source.json"
+    argv = ["--conn", pg_dsn, "--name", NAME, "--meters", "30", "--days", "7", "--reps", "1"]
+    methods = "project_1,project_1_before,sqlite_project_before"
+    try:
+        code = db_source.main(
+            [*argv, "--methods", methods, "--baseline", str(tree), "--workdir", str(tmp_path),
+             "--json", str(data)]
+        )  # fmt: skip
+    finally:
+        _drop(pg_dsn)
+    result = json.loads(data.read_text())
+    assert code == 0, [r["error"] for r in result["runs"] if not r["ok"]]
+    assert [r["method"] for r in result["runs"]] == methods.split(",")
+    assert all(r["rows"] == 30 * 7 for r in result["runs"])
+    assert mark.read_text() == "xx"  # the two _before runs, not project_1
+    assert [c["method"] for c in result["changes"]] == ["project_1"]

@@ -10,6 +10,7 @@ import contextlib
 import functools
 import re
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -341,6 +342,55 @@ def test_source_failing_midway_leaves_target_untouched(
         " WHERE n.nspname = %s AND relname LIKE '\\_pgbulk%%'",
         db.schema,
     )
+
+
+def test_a_value_rejected_early_ends_the_source_copy_at_once(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """The target rejects row 10 of 1,000,000 (some 50 MB the source would still send, far
+    more than the pipe between the two COPYs holds): the load fails at once with the row and
+    column, and the source's COPY is ended (cancelled, its pipe closed), not left writing
+    into a pipe nobody reads."""
+    table, before = _seven_rows(db, connect, source_pg)
+    started = time.monotonic()
+    with pytest.raises(BadDataError, match=r"row 10 of its COPY stream.*column amount"):
+        load(
+            connect, table, mode="replace", source_url=source_pg,
+            query="SELECT g AS id, date '2026-01-01' AS day, repeat('x', 40) AS v,"
+            " CASE WHEN g = 10 THEN 'many' ELSE '1' END AS amount"
+            " FROM generate_series(1, 1000000) g",
+        )  # fmt: skip
+    assert time.monotonic() - started < 30
+    assert db.checksum("t") == before
+    # its session closed (a backend leaves pg_stat_activity a moment after its client; a
+    # session that an earlier test's split left holding a snapshot runs no COPY)
+    for _ in range(50):
+        sessions = db.run(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'airflow-pg-bulk source'"
+            " AND datname = %s AND query LIKE 'COPY%%'",
+            urlsplit(source_pg).path.lstrip("/"),
+        )
+        if not sessions:
+            break
+        time.sleep(0.1)
+    assert not sessions
+
+
+def test_a_string_holding_nul_names_its_row(
+    db: Any, connect: Callable[[], Any], source_sqlite: str
+) -> None:
+    """A SQLite string holding NUL, which no PostgreSQL text takes: refused by the driver
+    (psycopg 3's row writer) or by the server (psycopg2's text), either way as bad data that
+    names the source's row; the target untouched."""
+    table = _target(db)
+    with pytest.raises(BadDataError, match=r"row 3 of its COPY stream") as failed:
+        load(connect, table, mode="replace", source_url=source_sqlite,
+             query="SELECT id, day, CASE WHEN id = 3 THEN 'a' || char(0) || 'b' ELSE v END AS v,"
+             " amount FROM src ORDER BY id")  # fmt: skip
+    assert "nothing of this load reached" in str(failed.value).lower()
+    if "NUL" in str(failed.value):  # refused by psycopg 3: the column and value are known
+        assert failed.value.column == "v" and "column v" in str(failed.value)
+    assert _rows(db) == []
 
 
 def test_refused_before_anything_is_touched(

@@ -11,13 +11,15 @@ from __future__ import annotations
 import logging
 import re
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import unquote
 
+import psycopg
 from psycopg import sql as pg3sql
+from psycopg.adapt import Dumper
 
 from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
 
@@ -34,6 +36,13 @@ class DatabaseConnection(Protocol):
     def commit(self) -> None: ...
     def rollback(self) -> None: ...
     def close(self) -> None: ...
+
+
+class _StrDumper(Dumper):
+    """A value psycopg 3 has no dumper for, as its ``str()`` (COPY text; :func:`copy_rows`)."""
+
+    def dump(self, obj: Any) -> bytes:
+        return str(obj).encode()
 
 
 @dataclass(frozen=True)
@@ -161,6 +170,104 @@ def copy_in(conn: Any, statement: pg3sql.Composable, chunks: Iterable[bytes]) ->
                 for chunk in chunks:
                     copy.write(chunk)
         return int(cur.rowcount)
+
+
+def copy_to(conn: Any, statement: pg3sql.Composable, file: Any) -> int:
+    """Run ``COPY ... TO STDOUT`` on ``conn``, writing its bytes to ``file`` (``write(bytes)``);
+    return the number of rows the server sent.
+
+    psycopg2's ``copy_expert`` runs the per-row loop in C (libpq hands COPY data over one row
+    per call); psycopg 3 has no C loop for COPY out, so its rows pass through Python."""
+    with plain_cursor(conn) as cur:
+        if is_psycopg2(conn):
+            cur.copy_expert(native(conn, statement), file, size=COPY_BUFFER)
+        else:
+            with cur.copy(statement) as copy:
+                for block in copy:
+                    file.write(block)
+        return int(cur.rowcount)
+
+
+def copy_rows(
+    conn: Any,
+    statement: pg3sql.Composable,
+    batches: Iterable[Sequence[Sequence[Any]]],
+    encode: Callable[[Iterable[Sequence[Sequence[Any]]]], Iterable[bytes]],
+) -> tuple[int, int]:
+    """COPY rows of Python values (given in batches) into ``COPY ... FROM STDIN`` in text
+    format; return the rows loaded and the bytes sent.
+
+    psycopg 3 encodes each row in C (``Copy.write_row``), a dict or list as JSON and a value
+    of a type it has no dumper for as its ``str()``; psycopg2, which has no row writer, sends
+    the chunks ``encode(batches)`` makes. A Python exception raised by ``batches`` aborts the
+    COPY on the server with that message."""
+    sent = 0
+    if is_psycopg2(conn):
+
+        def counted() -> Iterator[bytes]:
+            nonlocal sent
+            for chunk in encode(batches):
+                sent += len(chunk)
+                yield chunk
+
+        return copy_in(conn, statement, counted()), sent
+    from psycopg.copy import LibpqWriter
+    from psycopg.types.json import JsonDumper
+
+    class CountingWriter(LibpqWriter):
+        def write(self, data: Any) -> None:
+            nonlocal sent
+            sent += len(data)
+            super().write(data)
+
+    with plain_cursor(conn) as cur:
+        cur.adapters.register_dumper(dict, JsonDumper)
+        cur.adapters.register_dumper(list, JsonDumper)
+        cur.adapters.register_dumper(object, _StrDumper)
+        done = 0
+        with cur.copy(statement, writer=CountingWriter(cur)) as copy:
+            write_row = copy.write_row
+            for batch in batches:
+                try:
+                    for row in batch:
+                        write_row(row)
+                except (psycopg.DataError, psycopg.ProgrammingError) as exc:
+                    raise _not_written(cur, batch, row, done, exc) from exc
+                done += len(batch)
+        return int(cur.rowcount), sent
+
+
+class RowNotEncoded(Exception):
+    """A value psycopg 3 could not encode for COPY (a string holding NUL); the COPY was
+    aborted.
+
+    :param row: the row's 1-based number in the COPY stream.
+    :param column: the value's 0-based position in the row, when found.
+    :param value: the value."""
+
+    def __init__(self, message: str, row: int, column: int | None, value: Any) -> None:
+        super().__init__(message)
+        self.row = row
+        self.column = column
+        self.value = value
+
+
+def _not_written(
+    cur: Any, batch: Sequence[Any], row: Sequence[Any], done: int, exc: Exception
+) -> RowNotEncoded:
+    """The row that ``write_row`` refused, its number and the value it failed on."""
+    from psycopg.adapt import PyFormat, Transformer
+
+    number = done + 1 + next(i for i, each in enumerate(batch) if each is row)
+    dumpers = Transformer.from_context(cur)
+    for column, value in enumerate(row):
+        if value is None:
+            continue
+        try:
+            dumpers.get_dumper(value, PyFormat.TEXT).dump(value)
+        except Exception:
+            return RowNotEncoded(str(exc), number, column, value)
+    return RowNotEncoded(str(exc), number, None, None)
 
 
 def statement_in_flight(conn: Any) -> bool:
