@@ -512,29 +512,6 @@ def generic_transfer(source_url: str, target_url: str, query: str, schema: str) 
     task.execute(context={})  # type: ignore[arg-type]
 
 
-# A small launcher between this process and each measured command: a child's ru_maxrss
-# starts from the RSS of the process it was forked from (Linux carries the high-water mark
-# over fork and exec), so a command started straight from this process (70 MiB of psycopg and
-# the package) would show at least that. Started with -S, the launcher is about 9 MiB.
-_LAUNCHER = """
-import os, resource, sys
-out, argv = sys.argv[1], sys.argv[2:]
-pid = os.fork()
-if pid == 0:
-    os.execvp(argv[0], argv)
-_, status = os.waitpid(pid, 0)
-with open(out, "w") as f:
-    f.write(str(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))
-sys.exit(os.waitstatus_to_exitcode(status))
-"""
-
-
-def launched(command: list[str], rss_file: Path) -> list[str]:
-    """``command`` started through the launcher, which writes its peak RSS (KiB, the largest
-    of it and its descendants) to ``rss_file``."""
-    return [sys.executable, "-S", "-c", _LAUNCHER, str(rss_file), *command]
-
-
 def _env_for(env: dict[str, str], tree: Path) -> dict[str, str]:
     """``env`` with ``tree`` first on PYTHONPATH in place of this repository."""
     rest = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p and p != str(REPO)]
@@ -559,10 +536,8 @@ def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]
     for name, command in prepared.commands:
         with open(log, "a") as f:
             f.write(f"\n=== rep {rep} {name}: {shlex.join(command)}\n")
-        rss_file = ctx.workdir / f"{method.key}.rss"
-        rss_file.unlink(missing_ok=True)
-        m = run_measured(
-            launched(command, rss_file),
+        m = run_measured(  # (its peak RSS through measure's launcher)
+            command,
             log_path=log,
             postmaster=postmaster,
             env=_env_for(ctx.env, prepared.tree),
@@ -574,7 +549,7 @@ def run_method(ctx: Context, method: Method, rep: int, expected: tuple[int, int]
         client += m.client_cpu
         server = None if server is None or m.server_cpu is None else server + m.server_cpu
         other = None if other is None or m.other_cpu is None else other + m.other_cpu
-        rss = max(rss, int(rss_file.read_text()) if rss_file.exists() else 0)
+        rss = max(rss, m.peak_rss_kb)
         if m.returncode != 0:
             error = f"{name} exited {m.returncode}: see {log}"
             break
