@@ -12,7 +12,7 @@ error is returned unchanged.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from airflow_pg_bulk import naming
 from airflow_pg_bulk.db.driver import (
@@ -32,8 +32,18 @@ from airflow_pg_bulk.errors import (
 from airflow_pg_bulk.plan import LoadPlan, Piece
 from airflow_pg_bulk.source import lines
 
-if TYPE_CHECKING:  # annotations only: the violations module is of the layer above
-    from airflow_pg_bulk.target import violations
+
+class Located(Protocol):
+    """Where the offending rows of a broken constraint were found in the source (the layer
+    above finds them: :class:`airflow_pg_bulk.target.violations.Found`)."""
+
+    rows: tuple[tuple[str, int], ...]
+    in_target: bool
+
+    def describe(self) -> str:
+        """The words the error adds about where the rows are."""
+        ...
+
 
 VALUE_LIMIT = 80
 MESSAGE_LIMIT = 300
@@ -107,7 +117,7 @@ def bad_value(
 
 
 def finalize_error(
-    exc: BaseException, plan: LoadPlan, found: violations.Found | None = None
+    exc: BaseException, plan: LoadPlan, found: Located | None = None
 ) -> BaseException:
     """What a failed finalize raises: transient, a constraint violation, or ``exc`` itself.
 
@@ -125,7 +135,7 @@ def finalize_error(
 
 
 def finalize_server_error(
-    err: ServerError, plan: LoadPlan, found: violations.Found | None = None
+    err: ServerError, plan: LoadPlan, found: Located | None = None
 ) -> Exception | None:
     """:func:`finalize_error` for an error the server raised; None: not one to translate."""
     t = plan.target
