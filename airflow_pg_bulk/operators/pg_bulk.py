@@ -312,34 +312,44 @@ def _has_hook(conn_type: str) -> bool:
 def _mysql_url(connection: Any) -> str:
     """A ``mysql`` connection as a SQLAlchemy URL read by PyMySQL (``mysql+pymysql://``); its
     ``charset`` extra kept (default ``utf8mb4``: every character MySQL stores)."""
-    import sqlalchemy.engine
-
     charset = (connection.extra_dejson or {}).get("charset", "utf8mb4")
-    url = sqlalchemy.engine.URL.create(
+    return _url_of(
+        connection,
         "mysql+pymysql",
-        username=connection.login or None,
-        password=connection.password or None,
         host=connection.host or None,
         port=connection.port or None,
-        database=connection.schema or None,
         query={"charset": charset},
     )
-    return url.render_as_string(hide_password=False)
 
 
 def _socket_url(connection: Any) -> str:
     """A PostgreSQL connection whose host is a Unix socket directory, as a URL libpq reads
     (``postgresql://user@/db?host=/run/postgresql&port=5432``): the hook's SQLAlchemy URL
     would put the directory where a host name goes, and the database name after it."""
-    import sqlalchemy.engine
-
     query = {"host": connection.host}
     if connection.port:
         query["port"] = str(connection.port)
+    return _url_of(connection, "postgresql", query=query)
+
+
+def _url_of(
+    connection: Any,
+    drivername: str,
+    *,
+    query: dict[str, str],
+    host: str | None = None,
+    port: int | None = None,
+) -> str:
+    """An Airflow connection's login, password and schema (its database) as a SQLAlchemy
+    URL of ``drivername`` with ``host``, ``port`` and ``query``; the password kept."""
+    import sqlalchemy.engine
+
     url = sqlalchemy.engine.URL.create(
-        "postgresql",
+        drivername,
         username=connection.login or None,
         password=connection.password or None,
+        host=host,
+        port=port,
         database=connection.schema or None,
         query=query,
     )
