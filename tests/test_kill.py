@@ -245,6 +245,27 @@ def test_a_kill_between_statements_refuses_the_next_one(db, driver):
     assert conn not in adapter._stopped
 
 
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+def test_a_statement_that_raced_the_kill_is_cancelled_too(db, driver):
+    """A statement sent just after the kill (its thread had passed the check before the kill
+    came, or the server was still reading it and ignored the cancel) is cancelled as soon as
+    it runs, not left to run to its end (seen in CI: a side-by-side index build started as a
+    failing one stopped the others, and ran its 60 s)."""
+    from airflow_pg_bulk.db import driver as adapter
+
+    conn = adapter.connect(db.dsn, driver)
+    try:
+        assert adapter.stop(conn) is False  # nothing was running yet
+        started = time.monotonic()
+        # the driver's own cursor: past the check
+        with pytest.raises(Exception) as raised, conn.cursor() as cur:
+            cur.execute("SELECT pg_sleep(30)")
+        assert time.monotonic() - started < 5
+        assert sqlstate_of(raised.value) == "57014"
+    finally:
+        adapter.close_cancelling(conn)
+
+
 # --- a kill never outlives its connection -----------------------------------------------------
 
 

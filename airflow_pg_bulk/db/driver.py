@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -316,9 +318,43 @@ def stop(conn: Any) -> bool:
     """A kill: cancel the running statement (:func:`cancel`) and refuse every further one on
     this connection, so that a cancel arriving between two statements (which the server
     ignores) does not let the step go on with the next; True when a statement was cancelled.
+
+    Then, for :data:`RECANCEL_FOR` seconds, a statement that the connection is found running
+    is cancelled again (:func:`_recancel`): one whose thread passed the check of
+    :func:`plain_cursor` just before the kill, or one the server was still reading when the
+    cancel came (it ignores a cancel then) would otherwise run to its end (seen: an index
+    build that sleeps 60 s ran its 60 s after a failing side-by-side build stopped it).
     Takes no lock (a set's add is atomic): safe from another thread or a signal handler."""
     _stopped.add(conn)
-    return cancel(conn)
+    cancelled = cancel(conn)
+    _RECANCEL["until"] = time.monotonic() + RECANCEL_FOR
+    watcher = _RECANCEL.get("thread")
+    if watcher is None or not watcher.is_alive():  # type: ignore[attr-defined]
+        watcher = threading.Thread(target=_recancel, name="pg-bulk-recancel", daemon=True)
+        _RECANCEL["thread"] = watcher
+        watcher.start()
+    return cancelled
+
+
+#: seconds after a kill during which a stopped connection's statements are cancelled again,
+#: and how often they are looked for
+RECANCEL_FOR = 30.0
+RECANCEL_EVERY = 0.05
+_RECANCEL: dict[str, Any] = {"until": 0.0, "thread": None}
+
+
+def _recancel() -> None:
+    """Cancel what a stopped connection (:func:`stop`) runs, until :data:`RECANCEL_FOR`
+    seconds after the last kill; a connection closed by :func:`close_cancelling` or gone
+    leaves :data:`_stopped` and is no longer watched."""
+    while time.monotonic() < _RECANCEL["until"]:
+        try:
+            stopped = list(_stopped)
+        except RuntimeError:  # (a kill in another thread added one meanwhile)
+            stopped = []
+        for conn in stopped:
+            cancel(conn)  # (only while it runs a statement)
+        time.sleep(RECANCEL_EVERY)
 
 
 def rollback_quietly(conn: Any) -> None:
