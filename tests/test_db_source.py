@@ -994,3 +994,70 @@ def test_a_skewed_split_key_gives_ranges_of_even_row_counts(
     assert db.run(
         sql.SQL("SELECT count(*), count(DISTINCT id), sum(id) FROM {}").format(db.ident("s"))
     ) == [(SKEWED_ROWS, SKEWED_ROWS, SKEWED_ROWS * (SKEWED_ROWS + 1) // 2)]
+
+
+# --- PostgreSQL source: bytes in the binary format where the types match ------------------------
+
+#: a column of each kind whose binary form differs from its text the most: floats (their
+#: shortest exact text), numerics, times, arrays, JSON, bytes; and NULLs in each
+_TYPED = (
+    "(1, 0.1::float8, 'NaN'::float8, '-0'::float8, 1e308::float8, 3.4e38::float4,"
+    " 123456789012345678901234567890.123456789::numeric, 'NaN'::numeric,"
+    " timestamptz '2026-03-29 01:30:00+01', timestamp '1999-12-31 23:59:59.999999',"
+    " date 'infinity', interval '1 year 2 mons -3 days 04:05:06.7', true,"
+    " '{1,NULL,3}'::int[], '{\"a\": [1, 2.5, null]}'::jsonb, '{\"b\": 1}'::json,"
+    " '\\x00ff'::bytea, 'a1a2a3a4-b1b2-c1c2-d1d2-d3d4d5d6d7d8'::uuid, 'x\ty'::text),"
+    " (2, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+    " NULL, NULL, NULL, NULL, NULL)"
+)
+_TYPED_COLUMNS = (
+    "id int, f float8, fnan float8, fzero float8, fbig float8, r float4, n numeric,"
+    " nnan numeric, tz timestamptz, ts timestamp, d date, i interval, b boolean, a int[],"
+    " jb jsonb, j json, by bytea, u uuid, t text"
+)
+
+
+def test_postgres_source_moves_binary_when_every_type_matches(
+    db: Any, connect: Callable[[], Any], source_pg: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Columns of exactly the target's types move in the binary format (the COPY step's line
+    says so) and every value comes back as the source holds it, to the last bit of a float;
+    a column whose type differs (int into bigint) sends the range as text instead."""
+    db.run(sql.SQL(f"CREATE TABLE {{}} ({_TYPED_COLUMNS})").format(db.ident("typed")))
+    names = ", ".join(c.split()[0] for c in _TYPED_COLUMNS.split(", "))
+    query = f"SELECT * FROM (VALUES {_TYPED}) AS v ({names})"
+    with caplog.at_level("INFO", logger="airflow_pg_bulk"):
+        load(connect, db.table("typed"), mode="replace", source_url=source_pg, query=query)
+    read = [r.getMessage() for r in caplog.records if " rows (" in r.getMessage()]
+    assert read and all("by binary COPY TO STDOUT" in m for m in read), read
+    as_text = sql.SQL("SELECT v::text FROM (SELECT * FROM {} ORDER BY id) AS v").format(
+        db.ident("typed")
+    )
+    with psycopg.connect(source_pg) as src:
+        expected = [r[0] for r in src.execute(f"SELECT v::text FROM ({query}) AS v ORDER BY 1")]
+    assert [r[0] for r in db.run(as_text)] == expected
+    # int into bigint: not the same type, so text (and the same values)
+    db.run(sql.SQL("CREATE TABLE {} (id bigint, v text)").format(db.ident("wider")))
+    caplog.clear()
+    with caplog.at_level("INFO", logger="airflow_pg_bulk"):
+        load(connect, db.table("wider"), mode="replace", source_url=source_pg,
+             query="SELECT id, v FROM src")  # fmt: skip
+    read = [r.getMessage() for r in caplog.records if " rows (" in r.getMessage()]
+    assert read and all("binary" not in m and "by COPY TO STDOUT" in m for m in read), read
+    assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(db.ident("wider"))) == 3000
+
+
+def test_a_value_refused_in_binary_is_named_as_in_text(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """A NULL for a NOT NULL column of the same type: the binary COPY fails, its rows are
+    undone, and the range is read again as text, whose error names the row and the column;
+    the target is untouched."""
+    table = _target(db)
+    before = db.checksum("t")
+    refused = r"row 5 of its COPY stream.*column \"day\".*value .5\\t"  # (text's line)
+    with pytest.raises(BadDataError, match=refused):
+        load(connect, table, mode="replace", source_url=source_pg,
+             query="SELECT id, CASE WHEN id = 5 THEN NULL ELSE day END AS day, v, amount"
+             " FROM src ORDER BY id")  # fmt: skip
+    assert db.checksum("t") == before

@@ -66,6 +66,7 @@ from airflow_pg_bulk import sql
 from airflow_pg_bulk.db import driver, translate
 from airflow_pg_bulk.db.copy_out import SOURCE_DRIVER, CopyOut
 from airflow_pg_bulk.errors import (
+    BadDataError,
     LoadRefusedError,
     PgBulkError,
     TransientLoadError,
@@ -435,14 +436,14 @@ class DatabaseFormat:
         keys), each matched to one of the table's ``loadable`` columns by name (exactly, then
         case-insensitively). A query that fails, or a column that matches none, is refused
         here, before anything is made."""
-        names = source_columns(self.source)
+        names, types = source_description(self.source)
         matched = match_names(names, loadable, self.source.name)
         if self.source.split_by and self.source.split_by not in names:
             raise LoadRefusedError(
                 f"split_by {self.source.split_by!r} is not a column of the source "
                 f"{self.source.name} (its columns: {list(names)}); nothing was changed"
             )
-        source = dataclasses.replace(self.source, columns=names)
+        source = dataclasses.replace(self.source, columns=names, types=types)
         quantiles = None
         if source.split_by and source.postgres:
             snapshot, quantiles = _export(source, self.ranges)
@@ -493,13 +494,25 @@ class DatabaseFormat:
 def source_columns(source: DatabaseSource) -> tuple[str, ...]:
     """The source's column names, in its order; its query is run without rows first, so one
     that cannot run fails before anything is made."""
+    return source_description(source)[0]
+
+
+def source_description(source: DatabaseSource) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The source's column names, in its order, and for a PostgreSQL source their exact types
+    (:attr:`DatabaseSource.types`; another database's: empty). Its query is run without rows
+    first, so one that cannot run fails before anything is made."""
     if source.postgres:
-        with _postgres(source.name) as conn:
+        with _postgres(source.name) as conn:  # (psycopg 3: its result's type modifiers)
             statement = source_sql.no_rows(source_sql.source_select(source.query, source.table))
             try:
                 with driver.plain_cursor(conn) as cur:
                     cur.execute(statement)
-                    return tuple(d.name for d in cur.description)
+                    names = tuple(d.name for d in cur.description)
+                    result = cur.pgresult
+                    oids = [result.ftype(i) for i in range(len(names))]
+                    modifiers = [result.fmod(i) for i in range(len(names))]
+                types = driver.scalar(conn, source_sql.exact_types(oids, modifiers))
+                return names, tuple(types)
             except Exception as exc:
                 raise _query_refused(source, _reason(exc, _url(source.name))) from None
     with _alchemy(source.name) as conn:
@@ -508,7 +521,7 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
                 source_sql.alchemy_select(source.query, source.table)
             )
             try:
-                return tuple(result.keys())
+                return tuple(result.keys()), ()
             finally:
                 result.close()
         except Exception as exc:
@@ -575,18 +588,13 @@ def copy_piece(
     t = plan.target
     statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
     if source.postgres:
-        select = source_sql.key_range(
-            source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
-        )
         try:
-            with (
-                _postgres(source.name, _held(source.snapshot), SOURCE_DRIVER) as src,
-                CopyOut(src, source_sql.copy_out(select)) as reader,
-            ):
-                loaded = _copy_in(
-                    plan, lambda chunks: driver.copy_in(conn, statement, chunks), reader, bounds
-                )
-            read, sent = reader.rows, reader.bytes
+            binary = _moves_binary(plan)
+            if binary:
+                moved = _copy_postgres_binary(conn, plan, bounds)
+            if not binary or moved is None:
+                moved = _copy_postgres(conn, plan, bounds, statement)
+            loaded, read, sent = moved
         finally:
             _range_done(source.snapshot)
     else:
@@ -616,9 +624,69 @@ def copy_piece(
         sent / 1e6,
         source.name,
         _range_text(source, bounds),
-        "COPY TO STDOUT" if source.postgres else "a server-side cursor",
+        ("binary " if source.postgres and _moves_binary(plan) else "")
+        + ("COPY TO STDOUT" if source.postgres else "a server-side cursor"),
     )
     return loaded, sent
+
+
+def _moves_binary(plan: LoadPlan) -> bool:
+    """Whether a PostgreSQL source's rows move in the binary format
+    (:meth:`DatabaseSource.binary_into` the loaded columns' types): no value is printed as
+    text by the source and parsed again by the target (a float's shortest exact text is
+    the costliest: 2.2x the time of the whole COPY pair for workload A, see
+    benchmarks/RESULTS-db-source.md)."""
+    source = plan.database
+    assert source is not None
+    by_name = {c.name: c.type for c in plan.target.columns}
+    return source.binary_into([by_name.get(name, "") for name in plan.columns])
+
+
+def _copy_postgres(
+    conn: Any, plan: LoadPlan, bounds: tuple[Any, Any], statement: Any, binary: bool = False
+) -> tuple[int, int | None, int]:
+    """A PostgreSQL source's range read by ``COPY ... TO STDOUT`` and its bytes streamed into
+    ``statement`` on ``conn``; (rows loaded, rows the source sent, bytes)."""
+    source = plan.database
+    assert source is not None
+    select = source_sql.key_range(
+        source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
+    )
+    with (
+        _postgres(source.name, _held(source.snapshot), SOURCE_DRIVER) as src,
+        CopyOut(src, source_sql.copy_out(select, binary=binary)) as reader,
+    ):
+        loaded = _copy_in(
+            plan, lambda chunks: driver.copy_in(conn, statement, chunks), reader, bounds
+        )
+    return loaded, reader.rows, reader.bytes
+
+
+_BINARY = "pgbulk_binary"
+
+
+def _copy_postgres_binary(
+    conn: Any, plan: LoadPlan, bounds: tuple[Any, Any]
+) -> tuple[int, int | None, int] | None:
+    """:func:`_copy_postgres` in the binary format, under a savepoint. None when the target
+    refused a value (the savepoint undoes the rows): the caller reads the range again as
+    text, whose error names the row, the column and the value (binary COPY's names no
+    value), or which loads it after all."""
+    t = plan.target
+    statement = source_sql.copy_binary_in(t.schema, plan.staging_table, plan.columns)
+    driver.execute(conn, sql.savepoint(_BINARY))
+    try:
+        moved = _copy_postgres(conn, plan, bounds, statement, binary=True)
+    except BadDataError as exc:
+        driver.execute(conn, sql.rollback_to(_BINARY))
+        log.info(
+            "Load %s: the binary COPY was refused (%s); the rows are read again as text",
+            plan.load_id,
+            exc,
+        )
+        return None
+    driver.execute(conn, sql.release(_BINARY))
+    return moved
 
 
 class _Batches:

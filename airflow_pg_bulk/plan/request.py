@@ -158,6 +158,9 @@ class DatabaseSource(PlainData):
     :param snapshot: a PostgreSQL source split by a column: the snapshot prepare exported
         and holds (``pg_export_snapshot``), which every range read in the same process
         imports, so all of them read the source as of one instant.
+    :param types: a PostgreSQL source's column types, in its order, as ``format_type``
+        renders them with their modifiers (``numeric(12,2)``); ``""`` for a type of the
+        source database's own (an enum, a domain). Empty: not known.
     """
 
     name: str
@@ -167,6 +170,20 @@ class DatabaseSource(PlainData):
     columns: tuple[str, ...] = ()
     split_by: str | None = None
     snapshot: str | None = None
+    types: tuple[str, ...] = ()
+
+    def binary_into(self, target_types: Sequence[str]) -> bool:
+        """Whether the rows may move in PostgreSQL's binary format into columns of these
+        types (``format_type``'s, in the source's column order): a PostgreSQL source whose
+        every column has exactly the target column's type, one that every server has under
+        the same oid (so each value's bytes are read as they were written, and none can
+        break a type modifier that the source's value already met)."""
+        return (
+            self.postgres
+            and bool(self.types)
+            and all(self.types)
+            and tuple(target_types) == self.types
+        )
 
     def describe(self) -> str:
         """What is read, in words: the query or the table, and where (the connection id, or

@@ -4,6 +4,7 @@ SQLAlchemy (any other database)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
@@ -22,9 +23,33 @@ def source_select(query: str | None, table: str | None) -> Composable:
     return SQL(query)  # type: ignore[arg-type]  # a user-given str, not a literal
 
 
-def copy_out(select: Composable) -> Composed:
-    """``COPY (select) TO STDOUT`` in PostgreSQL's text format."""
-    return SQL("COPY ({}) TO STDOUT").format(select)
+def copy_out(select: Composable, *, binary: bool = False) -> Composed:
+    """``COPY (select) TO STDOUT`` in PostgreSQL's text format, or its binary one."""
+    return SQL("COPY ({}) TO STDOUT{}").format(select, SQL(" (FORMAT binary)" if binary else ""))
+
+
+def copy_binary_in(schema: str, table: str, columns: Sequence[str]) -> Composed:
+    """``COPY table (columns) FROM STDIN`` in PostgreSQL's binary format (what
+    :func:`copy_out` with ``binary`` writes)."""
+    return SQL("COPY {} ({}) FROM STDIN (FORMAT binary)").format(
+        Identifier(schema, table), SQL(", ").join(Identifier(c) for c in columns)
+    )
+
+
+#: the first oid a database gives its own objects: below it, the types every PostgreSQL
+#: server has under the same oid, with the same binary representation
+FIRST_NORMAL_OID = 16384
+
+
+def exact_types(oids: Sequence[int], modifiers: Sequence[int]) -> Composed:
+    """Each result column's type as ``format_type`` renders it with its modifier
+    (``numeric(12,2)``), from its type oid and modifier (``PQftype``, ``PQfmod``); an empty
+    string for a type of the database's own (an enum, a domain, a composite), which another
+    server may know under another oid or not at all. One row, one text array."""
+    return SQL(
+        "SELECT coalesce(array_agg(CASE WHEN u.o < {} THEN format_type(u.o, u.m) ELSE '' END"
+        " ORDER BY u.n), '{{}}') FROM unnest({}::oid[], {}::int[]) WITH ORDINALITY AS u(o, m, n)"
+    ).format(Literal(FIRST_NORMAL_OID), Literal(list(oids)), Literal(list(modifiers)))
 
 
 def no_rows(select: Composable) -> Composed:
