@@ -155,7 +155,8 @@ OPTIONS: tuple[LoadOption, ...] = (
         "into `partitions` ranges of about equal row counts, a skewed key too (a PostgreSQL "
         "table's ANALYZE histogram where it covers every row, else `ntile` over the key), "
         "one COPY stream each (rows with a NULL key go to the first); each range is its own "
-        "statement on the source",
+        "statement on the source. `ctid` for a PostgreSQL `source_table` (14+): ranges of "
+        "equal numbers of its blocks, each read by a TID range scan, no key read or sorted",
         "none: one COPY stream", "request",
     ),
     LoadOption(

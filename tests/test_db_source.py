@@ -27,6 +27,7 @@ from airflow_pg_bulk import cli
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.loading.db_source import SourceReadError
 from airflow_pg_bulk.runner import load
+from airflow_pg_bulk.sql import source as source_sql
 
 #: values that must come back exactly: NULL, the COPY text format's own characters, unicode
 AWKWARD = [
@@ -1060,4 +1061,83 @@ def test_a_value_refused_in_binary_is_named_as_in_text(
         load(connect, table, mode="replace", source_url=source_pg,
              query="SELECT id, CASE WHEN id = 5 THEN NULL ELSE day END AS day, v, amount"
              " FROM src ORDER BY id")  # fmt: skip
+    assert db.checksum("t") == before
+
+
+# --- a PostgreSQL table split by ranges of its blocks (split_by="ctid") ---------------------------
+
+
+def test_a_table_split_by_blocks_reads_every_row_once_in_one_snapshot(
+    db: Any, connect: Callable[[], Any], source_pg: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``split_by="ctid"``: the table's blocks cut into ranges of equal block counts, each
+    read by a TID range scan; every row loaded once, in one exported snapshot in-process
+    (rows written and deleted after prepare seen by no range, though the new ones lie in
+    blocks past the last cut); the ranges logged by block."""
+    from airflow_pg_bulk import steps
+    from airflow_pg_bulk.naming import new_load_id
+    from airflow_pg_bulk.plan import request_from_options
+    from airflow_pg_bulk.runner import run_plan
+
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute("CREATE TABLE blocky AS SELECT * FROM src")
+        blocks = src.execute(
+            "SELECT pg_relation_size('blocky') / current_setting('block_size')::int"
+        ).fetchone()[0]
+    assert blocks >= 3
+    table = _target(db)
+    request = request_from_options(
+        table, (), mode="replace", source_url=source_pg, source_table="blocky",
+        split_by="ctid", partitions=3,
+    )  # fmt: skip
+    load_id = new_load_id()
+    conn = connect()
+    try:
+        plan = steps.prepare(conn, request, load_id)
+        assert plan.database is not None and plan.database.by_blocks
+        ranges = [p.pieces[0].key_range[:2] for p in plan.partitions]
+        third, two_thirds = blocks // 3, 2 * blocks // 3
+        assert ranges == [(None, third), (third, two_thirds), (two_thirds, None)]
+        with psycopg.connect(source_pg) as src:  # each range reads its blocks alone
+            shown = src.execute(
+                sql.SQL("EXPLAIN {}").format(source_sql.block_range("blocky", third, two_thirds))
+            ).fetchall()
+        assert "Tid Range Scan" in shown[0][0], shown
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute("INSERT INTO blocky SELECT id + 3000, day, v, amount FROM src")
+            src.execute("DELETE FROM blocky WHERE id <= 100")
+        with caplog.at_level("INFO", logger="airflow_pg_bulk"):
+            run_plan(connect, plan, 3)
+        staged = db.run(
+            sql.SQL("SELECT count(*), count(DISTINCT id), min(id), max(id) FROM {}").format(
+                db.ident(plan.staging_table)
+            )
+        )
+        assert staged == [(3000, 3000, 1, 3000)]
+        read = sorted(r.getMessage() for r in caplog.records if " rows (" in r.getMessage())
+        assert len(read) == 3 and all(", blocks " in m for m in read), read
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute("DROP TABLE blocky")
+    # the whole load, and its rows
+    load(connect, table, mode="replace", source_url=source_pg, source_table="src",
+         split_by="ctid", partitions=2)  # fmt: skip
+    assert db.run(sql.SQL("SELECT count(*), sum(id) FROM {}").format(db.ident("t"))) == [
+        (3000, 3000 * 3001 // 2)
+    ]
+
+
+def test_split_by_blocks_is_refused_for_a_query_and_for_another_database(
+    db: Any, connect: Callable[[], Any], source_pg: str, source_sqlite: str
+) -> None:
+    table = _target(db)
+    before = db.checksum("t")
+    with pytest.raises(LoadRefusedError, match=r"split_by='ctid'.*needs source_table"):
+        load(connect, table, mode="replace", source_url=source_pg, query="SELECT * FROM src",
+             split_by="ctid", partitions=2)  # fmt: skip
+    with pytest.raises(LoadRefusedError, match=r"split_by='ctid'.*PostgreSQL source"):
+        load(connect, table, mode="replace", source_url=source_sqlite, source_table="src",
+             split_by="ctid", partitions=2)  # fmt: skip
     assert db.checksum("t") == before

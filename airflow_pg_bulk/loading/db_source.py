@@ -74,6 +74,7 @@ from airflow_pg_bulk.errors import (
     parse_copy_context,
 )
 from airflow_pg_bulk.plan import (
+    BLOCKS,
     CopyOptions,
     DatabaseSource,
     LoadPlan,
@@ -299,6 +300,16 @@ def _postgres_quantiles(conn: Any, source: DatabaseSource, count: int) -> tuple[
     row, its bounds (no row read: the ranges as even as the statistics are fresh); otherwise
     ``ntile`` over the rows (:func:`airflow_pg_bulk.sql.source.key_quantiles`)."""
     assert source.split_by is not None
+    if source.by_blocks:
+        assert source.table is not None  # (match refused a query)
+        if driver.server_version(conn) < 140000:
+            raise LoadRefusedError(
+                f"split_by={BLOCKS!r} reads ranges of a table's blocks by TID range scans, "
+                f"which need PostgreSQL 14 or later; the source {source.name} is older. Split "
+                "by a column instead; nothing was changed"
+            )
+        blocks = int(driver.scalar(conn, source_sql.block_count(source.table)))
+        return (0, *(blocks * i // count for i in range(1, count)))
     if source.table is not None and count > 1:
         found = driver.execute(conn, source_sql.key_histogram(source.table, source.split_by))
         bounds = [_statistic_value(v) for v in found[0][0]] if found else []
@@ -438,7 +449,13 @@ class DatabaseFormat:
         here, before anything is made."""
         names, types = source_description(self.source)
         matched = match_names(names, loadable, self.source.name)
-        if self.source.split_by and self.source.split_by not in names:
+        if self.source.by_blocks and not (self.source.postgres and self.source.table):
+            raise LoadRefusedError(
+                f"split_by={BLOCKS!r} cuts a PostgreSQL table into ranges of its blocks: it "
+                f"needs source_table on a PostgreSQL source, not {self.source.describe()}; "
+                "nothing was changed"
+            )
+        if self.source.split_by and not self.source.by_blocks and self.source.split_by not in names:
             raise LoadRefusedError(
                 f"split_by {self.source.split_by!r} is not a column of the source "
                 f"{self.source.name} (its columns: {list(names)}); nothing was changed"
@@ -649,9 +666,13 @@ def _copy_postgres(
     ``statement`` on ``conn``; (rows loaded, rows the source sent, bytes)."""
     source = plan.database
     assert source is not None
-    select = source_sql.key_range(
-        source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
-    )
+    if source.by_blocks:
+        assert source.table is not None
+        select = source_sql.block_range(source.table, *bounds)
+    else:
+        select = source_sql.key_range(
+            source_sql.source_select(source.query, source.table), source.split_by or "", *bounds
+        )
     with (
         _postgres(source.name, _held(source.snapshot), SOURCE_DRIVER) as src,
         CopyOut(src, source_sql.copy_out(select, binary=binary)) as reader,
@@ -706,10 +727,14 @@ class _Batches:
 def _range_text(source: DatabaseSource, bounds: tuple[Any, Any]) -> str:
     """``, day in [2026-01-01, 2026-01-02)`` for a split source's range (the first:
     ``day < 2026-01-02 or NULL``, the last: ``day >= 2026-01-02``); empty otherwise."""
-    key = source.split_by
+    key = "blocks" if source.by_blocks else source.split_by
     low, high = bounds
     if not key or (low is None and high is None):
         return ""
+    if source.by_blocks:
+        return (
+            f", blocks {'0' if low is None else low} to {'the last' if high is None else high - 1}"
+        )
     if low is None:
         return f", {key} < {high} or NULL"
     if high is None:
@@ -783,7 +808,9 @@ def _rejected_key(
     nothing rather than a wrong key); empty without a split key, or when it cannot be read."""
     source = plan.database
     assert source is not None
-    if not source.split_by or row is None or column not in plan.columns or value is None:
+    if not source.split_by or source.by_blocks or row is None or value is None:
+        return ""
+    if column not in plan.columns:
         return ""
     name = source.columns[plan.columns.index(column)] if source.columns else column
     try:

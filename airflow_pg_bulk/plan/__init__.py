@@ -24,6 +24,7 @@ from airflow_pg_bulk.plan.load_plan import (
 )
 from airflow_pg_bulk.plan.plain import PlainData
 from airflow_pg_bulk.plan.request import (
+    BLOCKS,
     DEFAULT_PARTITION_BYTES,
     DEFAULT_REJECT_TABLE,
     LOAD_OPTIONS,
@@ -38,6 +39,7 @@ from airflow_pg_bulk.plan.request import (
 )
 
 __all__ = [
+    "BLOCKS",
     "DEFAULT_PARTITION_BYTES",
     "DEFAULT_REJECT_TABLE",
     "LOAD_HISTORY_TABLE",

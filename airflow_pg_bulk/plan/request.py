@@ -141,6 +141,11 @@ class ErrorPolicy(PlainData):
         return self.on_error == "reject"
 
 
+#: ``split_by`` for ranges of a PostgreSQL ``source_table``'s blocks: its row locator
+#: (PostgreSQL 14+ reads a range of it by a TID range scan)
+BLOCKS = "ctid"
+
+
 @dataclass(frozen=True)
 class DatabaseSource(PlainData):
     """A database source as the plan carries it (through XCom): what to read, and where the
@@ -154,7 +159,8 @@ class DatabaseSource(PlainData):
     :param query: the SELECT whose rows are loaded (as the user wrote it, templates rendered).
     :param table: ``schema.table`` or ``table`` whose rows are all loaded, in place of a query.
     :param columns: the source's column names, in its order (matched to the target's by name).
-    :param split_by: the column whose ranges are the COPY streams (None: one COPY stream).
+    :param split_by: the column whose ranges are the COPY streams (None: one COPY stream);
+        :data:`BLOCKS` for ranges of a PostgreSQL table's blocks (:attr:`by_blocks`).
     :param snapshot: a PostgreSQL source split by a column: the snapshot prepare exported
         and holds (``pg_export_snapshot``), which every range read in the same process
         imports, so all of them read the source as of one instant.
@@ -171,6 +177,12 @@ class DatabaseSource(PlainData):
     split_by: str | None = None
     snapshot: str | None = None
     types: tuple[str, ...] = ()
+
+    @property
+    def by_blocks(self) -> bool:
+        """Whether the COPY streams are ranges of a PostgreSQL table's blocks (``split_by``
+        :data:`BLOCKS`), not of a column's values."""
+        return self.split_by == BLOCKS
 
     def binary_into(self, target_types: Sequence[str]) -> bool:
         """Whether the rows may move in PostgreSQL's binary format into columns of these

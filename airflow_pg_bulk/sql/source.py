@@ -120,6 +120,33 @@ def key_range(select: Composable, column: str, low: Any, high: Any) -> Composabl
     )
 
 
+def block_count(table: str) -> Composed:
+    """How many blocks the table has now (its main fork's size; rows a snapshot sees lie
+    in blocks below it, or in blocks added later that the last range takes anyway)."""
+    return SQL(
+        "SELECT pg_relation_size({}::regclass) / current_setting('block_size')::bigint"
+    ).format(_regclass(table))
+
+
+def block_range(table: str, low: int | None, high: int | None) -> Composed:
+    """Every row of ``table`` in blocks ``low`` to ``high`` (excluded); no low: from the
+    first block, no high: to the last, so that consecutive ranges take every row once. A
+    TID range scan on PostgreSQL 14+: only those blocks are read."""
+    where = [
+        SQL("ctid >= {}::tid").format(Literal(f"({block},0)"))
+        for block in (low,)
+        if block is not None
+    ] + [
+        SQL("ctid < {}::tid").format(Literal(f"({block},0)"))
+        for block in (high,)
+        if block is not None
+    ]
+    return SQL("SELECT * FROM {}{}").format(
+        Identifier(*table.split(".", 1)),
+        SQL(" WHERE {}").format(SQL(" AND ").join(where)) if where else SQL(""),
+    )
+
+
 def _alchemy_source(query: str | None, table: str | None) -> Any:
     return (
         alchemy_select(query, table).columns().subquery("pgbulk_source")
