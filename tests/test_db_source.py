@@ -499,32 +499,54 @@ def test_task_group_loads_from_a_postgres_connection(
     assert plans and all("pg_bulk_source" in p and "postgresql://" not in p for p in plans)
 
 
+@contextlib.contextmanager
+def _prepared_from_a_copy_of_src(
+    db: Any, connect: Callable[[], Any], source_pg: str, name: str, split_by: str
+) -> Iterator[tuple[Any, Any]]:
+    """A copy of ``src`` on the source, table ``name``, and a replace of ``t`` from it
+    prepared with ``split_by`` in 3 ranges: (plan, the prepare's connection); cleaned up."""
+    from airflow_pg_bulk import steps
+    from airflow_pg_bulk.naming import new_load_id
+    from airflow_pg_bulk.plan import request_from_options
+
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        src.execute(sql.SQL("CREATE TABLE {} AS SELECT * FROM src").format(sql.Identifier(name)))
+    request = request_from_options(
+        _target(db), (), mode="replace", source_url=source_pg, source_table=name,
+        split_by=split_by, partitions=3,
+    )  # fmt: skip
+    load_id = new_load_id()
+    conn = connect()
+    try:
+        yield steps.prepare(conn, request, load_id), conn
+    finally:
+        steps.cleanup(conn, db.schema, load_id)
+        conn.close()
+        with psycopg.connect(source_pg, autocommit=True) as src:
+            src.execute(sql.SQL("DROP TABLE {}").format(sql.Identifier(name)))
+
+
+def _grow_and_shrink(source_pg: str, name: str) -> None:
+    """Rows written and deleted on the source table ``name`` (a copy of ``src``)."""
+    with psycopg.connect(source_pg, autocommit=True) as src:
+        table = sql.Identifier(name)
+        src.execute(
+            sql.SQL("INSERT INTO {} SELECT id + 3000, day, v, amount FROM src").format(table)
+        )
+        src.execute(sql.SQL("DELETE FROM {} WHERE id <= 100").format(table))
+
+
 def test_split_ranges_in_process_read_one_snapshot(
     db: Any, connect: Callable[[], Any], source_pg: str
 ) -> None:
     """Prepare exports a snapshot of the PostgreSQL source and holds it; every range read in
     the same process imports it: rows written and deleted on the source after prepare are
     not seen by any range (the last range, open-ended, would otherwise take the new ones)."""
-    from airflow_pg_bulk import steps
-    from airflow_pg_bulk.naming import new_load_id
-    from airflow_pg_bulk.plan import request_from_options
     from airflow_pg_bulk.runner import run_plan
 
-    with psycopg.connect(source_pg, autocommit=True) as src:
-        src.execute("CREATE TABLE growing AS SELECT * FROM src")
-    table = _target(db)
-    request = request_from_options(
-        table, (), mode="replace", source_url=source_pg, source_table="growing",
-        split_by="id", partitions=3,
-    )  # fmt: skip
-    load_id = new_load_id()
-    conn = connect()
-    try:
-        plan = steps.prepare(conn, request, load_id)
+    with _prepared_from_a_copy_of_src(db, connect, source_pg, "growing", "id") as (plan, _):
         assert plan.database is not None and plan.database.snapshot
-        with psycopg.connect(source_pg, autocommit=True) as src:
-            src.execute("INSERT INTO growing SELECT id + 3000, day, v, amount FROM src")
-            src.execute("DELETE FROM growing WHERE id <= 100")
+        _grow_and_shrink(source_pg, "growing")
         run_plan(connect, plan, 3)
         staged = db.run(
             sql.SQL("SELECT count(*), min(id), max(id) FROM {}").format(
@@ -532,11 +554,6 @@ def test_split_ranges_in_process_read_one_snapshot(
             )
         )
         assert staged == [(3000, 1, 3000)]
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
-        with psycopg.connect(source_pg, autocommit=True) as src:
-            src.execute("DROP TABLE growing")
 
 
 def test_preview_of_a_database_source_names_the_query_and_the_partition_it_replaces(
@@ -1074,38 +1091,22 @@ def test_a_table_split_by_blocks_reads_every_row_once_in_one_snapshot(
     read by a TID range scan; every row loaded once, in one exported snapshot in-process
     (rows written and deleted after prepare seen by no range, though the new ones lie in
     blocks past the last cut); the ranges logged by block."""
-    from airflow_pg_bulk import steps
-    from airflow_pg_bulk.naming import new_load_id
-    from airflow_pg_bulk.plan import request_from_options
     from airflow_pg_bulk.runner import run_plan
 
-    with psycopg.connect(source_pg, autocommit=True) as src:
-        src.execute("CREATE TABLE blocky AS SELECT * FROM src")
-        blocks = src.execute(
-            "SELECT pg_relation_size('blocky') / current_setting('block_size')::int"
-        ).fetchone()[0]
-    assert blocks >= 3
-    table = _target(db)
-    request = request_from_options(
-        table, (), mode="replace", source_url=source_pg, source_table="blocky",
-        split_by="ctid", partitions=3,
-    )  # fmt: skip
-    load_id = new_load_id()
-    conn = connect()
-    try:
-        plan = steps.prepare(conn, request, load_id)
-        assert plan.database is not None and plan.database.by_blocks
-        ranges = [p.pieces[0].key_range[:2] for p in plan.partitions]
-        third, two_thirds = blocks // 3, 2 * blocks // 3
-        assert ranges == [(None, third), (third, two_thirds), (two_thirds, None)]
-        with psycopg.connect(source_pg) as src:  # each range reads its blocks alone
-            shown = src.execute(
+    with _prepared_from_a_copy_of_src(db, connect, source_pg, "blocky", "ctid") as (plan, _):
+        with psycopg.connect(source_pg) as src:
+            blocks = src.execute(
+                "SELECT pg_relation_size('blocky') / current_setting('block_size')::int"
+            ).fetchone()[0]
+            third, two_thirds = blocks // 3, 2 * blocks // 3
+            shown = src.execute(  # each range reads its blocks alone
                 sql.SQL("EXPLAIN {}").format(source_sql.block_range("blocky", third, two_thirds))
             ).fetchall()
-        assert "Tid Range Scan" in shown[0][0], shown
-        with psycopg.connect(source_pg, autocommit=True) as src:
-            src.execute("INSERT INTO blocky SELECT id + 3000, day, v, amount FROM src")
-            src.execute("DELETE FROM blocky WHERE id <= 100")
+        assert third >= 1 and "Tid Range Scan" in shown[0][0], shown
+        assert plan.database is not None and plan.database.by_blocks
+        ranges = [p.pieces[0].key_range[:2] for p in plan.partitions]
+        assert ranges == [(None, third), (third, two_thirds), (two_thirds, None)]
+        _grow_and_shrink(source_pg, "blocky")
         with caplog.at_level("INFO", logger="airflow_pg_bulk"):
             run_plan(connect, plan, 3)
         staged = db.run(
@@ -1116,13 +1117,8 @@ def test_a_table_split_by_blocks_reads_every_row_once_in_one_snapshot(
         assert staged == [(3000, 3000, 1, 3000)]
         read = sorted(r.getMessage() for r in caplog.records if " rows (" in r.getMessage())
         assert len(read) == 3 and all(", blocks " in m for m in read), read
-    finally:
-        steps.cleanup(conn, db.schema, load_id)
-        conn.close()
-        with psycopg.connect(source_pg, autocommit=True) as src:
-            src.execute("DROP TABLE blocky")
     # the whole load, and its rows
-    load(connect, table, mode="replace", source_url=source_pg, source_table="src",
+    load(connect, db.table("t"), mode="replace", source_url=source_pg, source_table="src",
          split_by="ctid", partitions=2)  # fmt: skip
     assert db.run(sql.SQL("SELECT count(*), sum(id) FROM {}").format(db.ident("t"))) == [
         (3000, 3000 * 3001 // 2)
