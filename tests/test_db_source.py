@@ -1137,3 +1137,40 @@ def test_split_by_blocks_is_refused_for_a_query_and_for_another_database(
         load(connect, table, mode="replace", source_url=source_sqlite, source_table="src",
              split_by="ctid", partitions=2)  # fmt: skip
     assert db.checksum("t") == before
+
+
+def test_a_split_load_refused_after_prepare_read_the_source_releases_its_snapshot(
+    db: Any, connect: Callable[[], Any], source_pg: str
+) -> None:
+    """prepare exports the source's snapshot for the ranges, then refuses the load (an upsert
+    key that is not unique): the session holding the snapshot ends with the load, not with
+    the process (a held snapshot keeps vacuum from cleaning behind it on the source); so
+    does the one of a load whose ranges were all read, and the one of a preview."""
+    from airflow_pg_bulk.runner import preview
+
+    table = _target(db)
+    with pytest.raises(LoadRefusedError, match=r"upsert key \['v'\] .* is not unique"):
+        load(connect, table, mode="upsert", key=["v"], source_url=source_pg,
+             source_table="src", split_by="id", partitions=3)  # fmt: skip
+    assert _source_sessions(db, source_pg) == 0
+    load(connect, table, mode="replace", source_url=source_pg, source_table="src",
+         split_by="id", partitions=3)  # fmt: skip
+    assert _source_sessions(db, source_pg) == 0
+    preview(connect, table, mode="replace", source_url=source_pg, source_table="src",
+            split_by="id", partitions=3)  # fmt: skip
+    assert _source_sessions(db, source_pg) == 0
+
+
+def _source_sessions(db: Any, source_pg: str) -> int:
+    """The load's sessions on the source database, once those just closed have left."""
+    holding = 0
+    for _ in range(50):  # (a backend leaves pg_stat_activity a moment after its client)
+        holding = db.scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name ="
+            " 'airflow-pg-bulk source' AND datname = %s",
+            urlsplit(source_pg).path.lstrip("/"),
+        )
+        if not holding:
+            break
+        time.sleep(0.1)
+    return holding

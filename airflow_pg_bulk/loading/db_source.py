@@ -291,7 +291,35 @@ def _export(source: DatabaseSource, count: int) -> tuple[str, tuple[Any, ...]]:
         raise
     with _SNAPSHOTS_LOCK:
         _SNAPSHOTS[snapshot] = _Held(conn)
+    exported = getattr(_PREPARING, "exported", None)
+    if exported is not None:
+        exported.append(snapshot)
     return snapshot, quantiles
+
+
+#: the snapshots a prepare running in this thread exported (:func:`snapshots_released`)
+_PREPARING = threading.local()
+
+
+@contextlib.contextmanager
+def snapshots_released(*, unless_prepared: bool) -> Iterator[None]:
+    """Around a prepare or a preview: a snapshot it exported in this thread is released when
+    it ends, or, ``unless_prepared``, only when it fails (a refusal after the source was read,
+    such as an upsert key that is not unique), since a prepared plan's COPY streams read it.
+    The session holding it would otherwise stay open until the process ends, holding back
+    vacuum on the source."""
+    outer = getattr(_PREPARING, "exported", None)
+    mine: list[str] = []
+    _PREPARING.exported = mine
+    prepared = False
+    try:
+        yield
+        prepared = unless_prepared
+    finally:
+        _PREPARING.exported = outer
+        if not prepared:
+            for snapshot in mine:
+                _release(snapshot)
 
 
 def _postgres_quantiles(conn: Any, source: DatabaseSource, count: int) -> tuple[Any, ...]:
@@ -348,6 +376,22 @@ def _range_done(snapshot: str | None) -> None:
             return
         del _SNAPSHOTS[snapshot]  # type: ignore[arg-type]
     driver.close_cancelling(held.conn)
+
+
+def release_snapshot(source: DatabaseSource | None) -> None:
+    """End the session holding the snapshot of ``source`` (a load's database source, or
+    None), if this process still holds it: a load whose ranges were not all read (one failed
+    and the others never started) would otherwise keep it, and with it the source's oldest
+    snapshot (no vacuum behind it), until the process ends."""
+    if source is not None and source.snapshot:
+        _release(source.snapshot)
+
+
+def _release(snapshot: str) -> None:
+    with _SNAPSHOTS_LOCK:
+        held = _SNAPSHOTS.pop(snapshot, None)
+    if held is not None:
+        driver.close_cancelling(held.conn)
 
 
 @atexit.register
