@@ -363,18 +363,7 @@ def test_a_value_rejected_early_ends_the_source_copy_at_once(
         )  # fmt: skip
     assert time.monotonic() - started < 30
     assert db.checksum("t") == before
-    # its session closed (a backend leaves pg_stat_activity a moment after its client; a
-    # session that an earlier test's split left holding a snapshot runs no COPY)
-    for _ in range(50):
-        sessions = db.run(
-            "SELECT pid FROM pg_stat_activity WHERE application_name = 'airflow-pg-bulk source'"
-            " AND datname = %s AND query LIKE 'COPY%%'",
-            urlsplit(source_pg).path.lstrip("/"),
-        )
-        if not sessions:
-            break
-        time.sleep(0.1)
-    assert not sessions
+    assert _source_sessions(db, source_pg) == 0  # its session closed
 
 
 def test_a_string_holding_nul_names_its_row(
