@@ -64,7 +64,7 @@ from typing import Any, TypeVar
 from urllib.parse import parse_qsl, quote, quote_plus, unquote
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db import driver, translate
+from airflow_pg_bulk.db import driver, source_driver, translate
 from airflow_pg_bulk.db.copy_out import SOURCE_DRIVER, CopyOut
 from airflow_pg_bulk.errors import (
     LoadRefusedError,
@@ -351,13 +351,17 @@ def release_snapshots() -> None:
 
 
 @contextlib.contextmanager
-def _alchemy(name: str) -> Iterator[Any]:
-    """A SQLAlchemy connection to another database."""
+def _alchemy(name: str, copy: bool = False) -> Iterator[Any]:
+    """A SQLAlchemy connection to another database; for the COPY step's reading (``copy``),
+    its driver asked for values as the server's text where that is COPY's text
+    (:func:`airflow_pg_bulk.db.source_driver.copy_connect_args`)."""
     import sqlalchemy
 
     url = _url(name)
     try:
-        engine = sqlalchemy.create_engine(url)
+        driver_name = sqlalchemy.engine.make_url(url).get_driver_name()
+        connect_args = source_driver.copy_connect_args(driver_name) if copy else {}
+        engine = sqlalchemy.create_engine(url, connect_args=connect_args)
     except Exception as exc:
         raise LoadRefusedError(
             f"source {name}: cannot use the URL ({driver.redact(str(exc), url)}); "
@@ -505,9 +509,7 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
                 raise _query_refused(source, _reason(exc, _url(source.name))) from None
     with _alchemy(source.name) as conn:
         try:
-            result = conn.execution_options(stream_results=True).execute(
-                source_sql.alchemy_select(source.query, source.table)
-            )
+            result = conn.execute(source_sql.alchemy_no_rows(source.query, source.table))
             try:
                 return tuple(result.keys())
             finally:
@@ -591,7 +593,7 @@ def copy_piece(
         finally:
             _range_done(source.snapshot)
     else:
-        with _alchemy(source.name) as src:
+        with _alchemy(source.name, copy=True) as src:
             result = src.execution_options(stream_results=True).execute(
                 source_sql.alchemy_key_range(
                     source.query, source.table, source.split_by or "", *bounds
