@@ -26,6 +26,12 @@ the same rows. Each method loads it into a target on the server at ``--conn``:
 - ``sqlite_project`` (all rows), ``sqlite_project_subset``, ``sqlite_generic_transfer``
   (subset): the same from the SQLite file (``sqlite:///`` URL through SQLAlchemy; Airflow's
   sqlite connection needs apache-airflow-providers-sqlite importable).
+- ``maria_project_subset``, ``maria_generic_transfer`` (subset), with ``--maria URL`` only
+  (``mysql+pymysql://root@127.0.0.1:3306``): the same from a MariaDB database of their own
+  (``NAME_maria``, the same rows made by the server from its ``seq_`` tables, kept and reused):
+  the project through SQLAlchemy and PyMySQL, GenericTransfer through Airflow's mysql
+  connection with ``mysql-connector-python`` (apache-airflow-providers-mysql and
+  mysql-connector-python importable, else it is left out).
 
 Every method runs in a process of its own (peak RSS and CPU time from ``wait4``); the runs of
 each repetition are interleaved; before each run the server CHECKPOINTs. After each run the
@@ -53,6 +59,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/db_source.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -81,6 +88,7 @@ class Method:
     label: str
     subset: bool = False
     sqlite: bool = False
+    maria: bool = False  # reads the MariaDB database (``--maria``)
     baseline: bool = False  # the project's code from ``--baseline`` (a tree before a change)
 
 
@@ -97,6 +105,18 @@ METHODS: tuple[Method, ...] = (
     Method("sqlite_project", "SQLite: this project, replace, --source-table", sqlite=True),
     Method("sqlite_project_subset", "SQLite: this project, --query WHERE id <= subset", True, True),
     Method("sqlite_generic_transfer", "SQLite: GenericTransfer.execute(), defaults", True, True),
+    Method(
+        "maria_project_subset",
+        "MariaDB: this project, --query WHERE id <= subset (PyMySQL)",
+        subset=True,
+        maria=True,
+    ),
+    Method(
+        "maria_generic_transfer",
+        "MariaDB: GenericTransfer.execute(), defaults (mysql-connector-python)",
+        subset=True,
+        maria=True,
+    ),
 )
 #: the project's methods run again from the ``--baseline`` tree (``<key>_before``), in the same
 #: run, so that a change is measured against the code before it under the same load
@@ -106,9 +126,12 @@ BASELINE_OF = (
     "project_subset",
     "sqlite_project",
     "sqlite_project_subset",
+    "maria_project_subset",
 )
 METHODS += tuple(
-    Method(f"{m.key}_before", f"{m.label} (--baseline tree)", m.subset, m.sqlite, baseline=True)
+    dataclasses.replace(
+        m, key=f"{m.key}_before", label=f"{m.label} (--baseline tree)", baseline=True
+    )
     for m in METHODS
     if m.key in BASELINE_OF
 )
@@ -263,6 +286,46 @@ def build_sqlite(source: str, path: Path, rows: int) -> None:
     lite.close()
 
 
+def build_maria(url: str, meters: int, days: int) -> str:
+    """The MariaDB database ``url`` names (made when missing) holding the source's readings,
+    made by the server from its ``seq_`` tables with the source's formula (``_FILL``: the
+    same values, a DOUBLE divided by 1e6 as PostgreSQL's numeric is rounded to float8); kept
+    and reused when it holds the rows already. Returns ``url``."""
+    import sqlalchemy
+
+    rows = meters * days
+    database = urlsplit(url).path.lstrip("/")
+    server = sqlalchemy.create_engine(urlsplit(url)._replace(path="/").geturl())
+    try:
+        with server.begin() as conn:
+            conn.exec_driver_sql(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+    finally:
+        server.dispose()
+    engine = sqlalchemy.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            try:
+                held = conn.exec_driver_sql("SELECT count(*), max(id) FROM readings").one()
+                if tuple(held) == (rows, rows):
+                    return url
+            except sqlalchemy.exc.DBAPIError:
+                pass
+            conn.exec_driver_sql("DROP TABLE IF EXISTS readings")
+            conn.exec_driver_sql(
+                "CREATE TABLE readings (id bigint PRIMARY KEY, meter_id bigint NOT NULL,"
+                " reading double, date date)"
+            )
+            conn.exec_driver_sql(
+                f"INSERT INTO readings SELECT (m.seq - 1) * {days} + d.seq + 1, m.seq,"
+                " CAST(MOD(m.seq * 7919 + d.seq * 104729, 1000000) AS double) / 1e6,"
+                f" date '{demo_workload.START_DATE}' + INTERVAL d.seq DAY"
+                f" FROM seq_1_to_{meters} m, seq_0_to_{days - 1} d ORDER BY m.seq, d.seq"
+            )
+    finally:
+        engine.dispose()
+    return url
+
+
 def build_target(dsn: str, schema: str, meters: int) -> None:
     """The target schema: ``meters`` (filled), ``readings`` (the project's target, identity PK
     + FK, as workload A's) and ``gt_readings`` (GenericTransfer's: PK + FK, a plain bigint id,
@@ -308,6 +371,7 @@ class Context:
     python: str = sys.executable
     env: dict[str, str] = field(default_factory=dict)
     baseline: Path | None = None  # the tree the ``_before`` methods run the project from
+    maria: str | None = None  # the MariaDB source database's SQLAlchemy URL (``--maria``)
 
 
 @dataclass
@@ -441,6 +505,11 @@ def _sqlite_url(ctx: Context) -> str:
     return f"sqlite:///{ctx.sqlite_path}"
 
 
+def _maria_url(ctx: Context) -> str:
+    assert ctx.maria is not None, "the maria methods need --maria"
+    return ctx.maria
+
+
 def _generic_transfer(ctx: Context, source_url: str, query: str) -> Prepared:
     command = [
         ctx.python,
@@ -486,6 +555,12 @@ PREPARE: dict[str, Callable[[Context], Prepared]] = {
     "sqlite_generic_transfer": lambda c: _generic_transfer(
         c, _sqlite_url(c), _subset_query(c, "readings")
     ),
+    "maria_project_subset": lambda c: _project(
+        c, _maria_url(c), "--query", _subset_query(c, "readings")
+    ),
+    "maria_generic_transfer": lambda c: _generic_transfer(
+        c, _maria_url(c), _subset_query(c, "readings")
+    ),
 }
 PREPARE.update({f"{key}_before": _before(key) for key in BASELINE_OF})
 
@@ -496,6 +571,19 @@ def generic_transfer(source_url: str, target_url: str, query: str, schema: str) 
     destination as its preoperator."""
     if source_url.startswith("sqlite:///"):  # Airflow's sqlite URI form: the path as host
         source_url = json.dumps({"conn_type": "sqlite", "host": source_url[len("sqlite:///") :]})
+    elif source_url.startswith("mysql"):  # Airflow's mysql connection, through a C-backed driver
+        url = urlsplit(source_url)
+        source_url = json.dumps(
+            {
+                "conn_type": "mysql",
+                "host": url.hostname,
+                "port": url.port or 3306,
+                "login": url.username,
+                "password": url.password or "",
+                "schema": url.path.lstrip("/"),
+                "extra": {"client": "mysql-connector-python"},
+            }
+        )
     os.environ["AIRFLOW_CONN_BENCH_SOURCE"] = source_url
     os.environ["AIRFLOW_CONN_BENCH_TARGET"] = target_url
     from airflow.providers.common.sql.operators.generic_transfer import GenericTransfer
@@ -632,6 +720,7 @@ def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     for gt, project, limit in (
         ("generic_transfer", "project_subset", 20.0),
         ("sqlite_generic_transfer", "sqlite_project_subset", 10.0),
+        ("maria_generic_transfer", "maria_project_subset", 10.0),
     ):
         if gt in med and project in med:
             add(
@@ -641,7 +730,9 @@ def targets(med: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
                 True,
                 f"{gt} s / {project} s",
             )
-        full = "project_1" if gt == "generic_transfer" else "sqlite_project"
+        full = {"generic_transfer": "project_1", "sqlite_generic_transfer": "sqlite_project"}.get(
+            gt, ""
+        )
         if gt in med and full in med:
             add(
                 f"{full} rows/s >= {limit:g}x {gt} rows/s (extrapolated from its subset)",
@@ -715,6 +806,14 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _importable(*modules: str) -> bool:
+    """Each of ``modules`` can be imported (its parent packages too)."""
+    try:
+        return all(importlib.util.find_spec(m) is not None for m in modules)
+    except ModuleNotFoundError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; 0 when every run loaded the source's rows."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -736,6 +835,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--name", default=NAME, help="the target's schema; databases NAME_source, NAME_pgcopydb"
     )
+    parser.add_argument(
+        "--maria",
+        help="a MariaDB server's SQLAlchemy URL (mysql+pymysql://root@127.0.0.1:3306): adds the"
+        " maria_ methods, reading the database NAME_maria there",
+    )
     parser.add_argument("--json", type=Path)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--generic-transfer", action="store_true", help=argparse.SUPPRESS)
@@ -748,13 +852,26 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if not args.conn:
         parser.error("--conn (or PG_BULK_TEST_DSN) is required")
-    every = [m.key for m in METHODS if args.baseline or not m.baseline]
+    every = [
+        m.key for m in METHODS if (args.baseline or not m.baseline) and (args.maria or not m.maria)
+    ]
     keys = [k for k in (args.methods or ",".join(every)).split(",") if k]
     unknown = set(keys) - set(BY_KEY)
     if unknown:
         parser.error(f"unknown methods: {sorted(unknown)}")
     if any(BY_KEY[k].baseline for k in keys) and args.baseline is None:
         parser.error("the _before methods need --baseline")
+    if any(BY_KEY[k].maria for k in keys) and args.maria is None:
+        parser.error("the maria_ methods need --maria")
+    if "maria_generic_transfer" in keys and not _importable(
+        "airflow.providers.mysql", "mysql.connector"
+    ):
+        print(
+            "apache-airflow-providers-mysql or mysql-connector-python is not importable:"
+            " maria_generic_transfer is left out",
+            file=sys.stderr,
+        )
+        keys.remove("maria_generic_transfer")
     if "pgcopydb" in keys and shutil.which("pgcopydb") is None:
         print("pgcopydb is not installed: its method is left out", file=sys.stderr)
         keys.remove("pgcopydb")
@@ -779,6 +896,11 @@ def main(argv: list[str] | None = None) -> int:
     sqlite_path = workdir / "readings.db"
     if any(BY_KEY[k].sqlite for k in keys):
         build_sqlite(source, sqlite_path, rows)
+    maria = None
+    if args.maria:
+        maria = urlsplit(args.maria)._replace(path=f"/{args.name}_maria").geturl()
+        if any(BY_KEY[k].maria for k in keys):
+            build_maria(maria, args.meters, args.days)
     build_target(args.conn, args.name, args.meters)
     env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW__")}
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
@@ -792,6 +914,7 @@ def main(argv: list[str] | None = None) -> int:
         args.name,
         env=env,
         baseline=args.baseline.resolve() if args.baseline else None,
+        maria=maria,
     )
     expected = {
         False: checksum(source, "bench_a.readings"),

@@ -18,7 +18,8 @@ NAME = "test_dbsrc"
 def _expected_methods() -> set[str]:
     from benchmarks import db_source
 
-    methods = {m.key for m in db_source.METHODS if not m.baseline}  # those need --baseline
+    # the _before methods need --baseline, the maria_ ones --maria
+    methods = {m.key for m in db_source.METHODS if not m.baseline and not m.maria}
     if shutil.which("pgcopydb") is None:
         methods.discard("pgcopydb")  # the benchmark leaves it out and says so
     try:
@@ -66,6 +67,34 @@ def test_every_method_loads_the_sources_rows(pg_dsn: str, tmp_path: Path) -> Non
     text = out.read_text()
     assert all(f"| `{key}` | 1 |" in text for key in runs)
     assert {t["target"].split(" ")[0] for t in result["targets"]} >= {"project", "project_subset"}
+
+
+def test_maria_methods_load_the_sources_rows(pg_dsn: str, mariadb: str, tmp_path: Path) -> None:
+    """``--maria URL`` adds the MariaDB methods: the server makes the source's rows itself, and
+    the project (and GenericTransfer, where Airflow's mysql provider is importable) loads the
+    same subset as the PostgreSQL source holds."""
+    import sqlalchemy
+
+    from benchmarks import db_source
+
+    data = tmp_path / "db_source.json"
+    argv = ["--conn", pg_dsn, "--name", NAME, "--meters", "30", "--days", "7", "--subset", "50"]
+    methods = "maria_project_subset,maria_generic_transfer"
+    try:
+        code = db_source.main(
+            [*argv, "--reps", "1", "--maria", mariadb, "--methods", methods,
+             "--workdir", str(tmp_path), "--json", str(data)]
+        )  # fmt: skip
+    finally:
+        _drop(pg_dsn)
+        engine = sqlalchemy.create_engine(mariadb)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {NAME}_maria")
+        engine.dispose()
+    runs = json.loads(data.read_text())["runs"]
+    assert code == 0, [r["error"] for r in runs if not r["ok"]]
+    assert "maria_project_subset" in {r["method"] for r in runs}
+    assert {(r["rows"], r["ok"]) for r in runs} == {(50, True)}
 
 
 def test_baseline_methods_run_the_project_from_another_tree(pg_dsn: str, tmp_path: Path) -> None:

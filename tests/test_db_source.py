@@ -240,6 +240,34 @@ def test_sqlite_source_values_round_trip(
     assert [None if r[1] is None else bytes(r[1]).decode() for r in got] == AWKWARD
 
 
+def test_sqlite_dynamic_types_round_trip(
+    db: Any, connect: Callable[[], Any], tmp_path: Path
+) -> None:
+    """SQLite's values as it stores them, a column of one type or of several (its typing is per
+    value), in batches larger than one fetch: doubles to the last bit (infinity too), integers
+    past 64 bits' half, text needing every COPY escape beside plain text, NULLs."""
+    path = tmp_path / "typed.db"
+    floats = [0.1 + 0.2, 1e300, -5e-324, float("inf"), 123456789.123456789]
+    rows = [
+        (i, floats[i % 5], (2**63 - 1) if i % 7 == 0 else -i, f"v{i}" if i % 3 else "a\\b\tc\r\n",
+         [i, i / 4, f"t{i}", None][i % 4])
+        for i in range(25_000)
+    ]  # fmt: skip
+    with sqlite3.connect(path) as lite:
+        lite.execute("CREATE TABLE typed (id integer, f real, n integer, s text, m)")
+        lite.executemany("INSERT INTO typed VALUES (?, ?, ?, ?, ?)", rows)
+    lite.close()
+    db.run(
+        sql.SQL("CREATE TABLE {} (id int, f float8, n bigint, s text, m text)").format(
+            db.ident("typed")
+        )
+    )
+    load(connect, db.table("typed"), mode="replace", source_url=f"sqlite:///{path}",
+         source_table="typed")  # fmt: skip
+    got = db.run(sql.SQL("SELECT id, f, n, s, m FROM {} ORDER BY id").format(db.ident("typed")))
+    assert got == [(i, f, n, s, None if m is None else str(m)) for i, f, n, s, m in rows]
+
+
 # --- split by a column: one COPY stream per range ------------------------------------------------
 
 

@@ -7,6 +7,8 @@ The server: see ``tests/mariadb.py`` (PG_BULK_TEST_MYSQL_URL, 127.0.0.1:3306, or
 
 from __future__ import annotations
 
+import datetime
+import decimal
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -120,6 +122,49 @@ def test_mariadb_values_round_trip(db: Any, connect: Callable[[], Any], source_m
     got = db.run(sql.SQL("SELECT v, b FROM {} ORDER BY id").format(db.ident("a")))
     assert [r[0] for r in got] == AWKWARD
     assert [None if r[1] is None else bytes(r[1]).decode() for r in got] == AWKWARD
+
+
+def test_mariadb_typed_values_round_trip(
+    db: Any, connect: Callable[[], Any], source_maria: str
+) -> None:
+    """Each MariaDB type as the server's text reaches PostgreSQL with its value: doubles to the
+    last bit (the shortest digits MariaDB sends), DECIMAL and unsigned BIGINT exactly, a
+    DATETIME's microseconds, a TIME beyond a day (into interval), YEAR, a tinyint(1) into
+    boolean, JSON holding a tab, an enum, NULL in every column."""
+    _run(
+        source_maria,
+        "DROP TABLE IF EXISTS typed_values",
+        "CREATE TABLE typed_values (id int PRIMARY KEY, d double, f float, n decimal(30,10),"
+        " u bigint unsigned, at datetime(6), day date, t time, y year, flag tinyint(1),"
+        " j json, e enum('a', 'b\tc'))",
+        "INSERT INTO typed_values VALUES (1, CAST(0.1 AS double) + CAST(0.2 AS double), 0.5,"
+        " 12345678901234567890.0123456789, 18446744073709551615, '2026-01-02 03:04:05.000006',"
+        " '2026-01-02', '-838:59:59', 2026,"
+        " 1, '{\"k\": \"a\\\\tb\"}', 'b\tc'),"
+        " (2, 1e300, -1.5, -0.0000000001, 0, '1000-01-01 00:00:00', '9999-12-31', '12:34:56',"
+        " 1901, 0, '[1, null]', 'a'),"
+        " (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)",
+    )
+    db.run(
+        sql.SQL(
+            "CREATE TABLE {} (id int PRIMARY KEY, d float8, f float4, n numeric(30,10),"
+            " u numeric(20), at timestamp, day date, t interval, y int, flag boolean, j jsonb,"
+            " e text)"
+        ).format(db.ident("typed"))
+    )
+    load(connect, db.table("typed"), mode="replace", source_url=source_maria,
+         source_table="typed_values")  # fmt: skip
+    got = db.run(sql.SQL("SELECT * FROM {} ORDER BY id").format(db.ident("typed")))
+    assert got == [
+        (1, 0.1 + 0.2, 0.5, decimal.Decimal("12345678901234567890.0123456789"),
+         decimal.Decimal(18446744073709551615), datetime.datetime(2026, 1, 2, 3, 4, 5, 6),
+         datetime.date(2026, 1, 2), -datetime.timedelta(hours=838, minutes=59, seconds=59),
+         2026, True, {"k": "a\tb"}, "b\tc"),
+        (2, 1e300, -1.5, decimal.Decimal("-0.0000000001"), decimal.Decimal(0),
+         datetime.datetime(1000, 1, 1), datetime.date(9999, 12, 31),
+         datetime.timedelta(hours=12, minutes=34, seconds=56), 1901, False, [1, None], "a"),
+        (3, *[None] * 11),
+    ]  # fmt: skip
 
 
 def test_mariadb_rows_stream_with_bounded_memory(

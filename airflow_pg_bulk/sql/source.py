@@ -155,6 +155,17 @@ def _alchemy_source(query: str | None, table: str | None) -> Any:
     )
 
 
+def alchemy_no_rows(query: str | None, table: str | None) -> Any:
+    """:func:`no_rows` through SQLAlchemy: the source's column names, without reading its rows
+    (a streamed result closed before its end would read them all: PyMySQL's server-side
+    cursor drains the rest of the result when closed)."""
+    import sqlalchemy
+
+    return (
+        sqlalchemy.select(sqlalchemy.text("*")).select_from(_alchemy_source(query, table)).limit(0)
+    )
+
+
 def alchemy_key_quantiles(query: str | None, table: str | None, column: str, count: int) -> Any:
     """:func:`key_quantiles` through SQLAlchemy, for a database with window functions (SQLite
     3.25+, MariaDB 10.2+, MySQL 8)."""

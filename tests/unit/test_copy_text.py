@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 
-from airflow_pg_bulk.source.copy_text import TextRows, field, row
+from airflow_pg_bulk.source.copy_text import batch, field, of_batches, row
 
 
 @pytest.mark.parametrize(
@@ -42,13 +42,39 @@ def test_field(value: object, text: str) -> None:
     assert field(value) == text
 
 
-def test_row_and_chunks_count_rows() -> None:
+def test_row() -> None:
     assert row((1, None, "x\ty")) == "1\t\\N\tx\\ty\n"
-    rows = TextRows(((n, "v") for n in range(1000)), chunk_bytes=100)
-    chunks = list(rows)
-    assert len(chunks) > 1 and all(isinstance(c, bytes) for c in chunks)
-    assert rows.rows == 1000
-    assert rows.bytes == sum(map(len, chunks))
-    assert b"".join(chunks).count(b"\n") == 1000
-    empty = TextRows(iter(()))
-    assert list(empty) == [] and empty.rows == 0
+
+
+#: columns each encoded by one path of :func:`batch`: one type, one type with NULLs, mixed
+COLUMNS = [
+    [1, 2, -3],
+    [1, None, 10**30],
+    [0.1, float("-inf"), 1e300],
+    [None, 2.5, None],
+    ["plain", "", "naïve 日本 🚀"],
+    ["back\\slash", "tab\there", "cr\rlf\n"],
+    [None, "\\N", "\\."],
+    [None, "", None],
+    [decimal.Decimal("1.50"), None, decimal.Decimal("-1E+2")],
+    [datetime.date(2026, 1, 2), None, datetime.date(1, 1, 1)],
+    [datetime.datetime(2026, 1, 2, 3, 4, 5, 6), datetime.datetime(2026, 1, 2), None],
+    [True, False, None],
+    [1, "x\ty", 2.5],  # mixed types: value by value
+    [b"\x00\xff", None, bytearray(b"\\")],
+    [None, None, None],
+]
+
+
+def test_batch_is_row_by_row() -> None:
+    """Column by column, the same text as row by row, whatever each column holds."""
+    rows = list(zip(*COLUMNS, strict=True))
+    assert batch(rows) == "".join(map(row, rows))
+    for column in COLUMNS:
+        single = [(value,) for value in column]
+        assert batch(single) == "".join(map(row, single)), column
+
+
+def test_of_batches_one_chunk_per_batch() -> None:
+    chunks = list(of_batches([[(1, "a")], [], [(2, None), (3, "c\nd")]]))
+    assert chunks == [b"1\ta\n", b"2\t\\N\n3\tc\\nd\n"]
