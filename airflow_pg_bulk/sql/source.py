@@ -25,7 +25,8 @@ def source_select(query: str | None, table: str | None) -> Composable:
 
 def copy_out(select: Composable, *, binary: bool = False) -> Composed:
     """``COPY (select) TO STDOUT`` in PostgreSQL's text format, or its binary one."""
-    return SQL("COPY ({}) TO STDOUT{}").format(select, SQL(" (FORMAT binary)" if binary else ""))
+    statement = SQL("COPY ({}) TO STDOUT").format(select)
+    return statement + SQL(" (FORMAT binary)") if binary else statement
 
 
 def copy_binary_in(schema: str, table: str, columns: Sequence[str]) -> Composed:
