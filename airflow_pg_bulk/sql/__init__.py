@@ -160,7 +160,6 @@ from airflow_pg_bulk.sql.partitions import (
 from airflow_pg_bulk.sql.rebuild import (
     KeyRange,
     copy_rows_over,
-    copy_work_mem,
     free_connections,
     in_key_range,
     insert_loaded_rebuild,
@@ -247,7 +246,6 @@ __all__ = [
     "copy_from_stdin",
     "copy_rows_over",
     "copy_span",
-    "copy_work_mem",
     "count_rows",
     "create_index",
     "create_ledger",

@@ -85,15 +85,6 @@ def key_bounds(schema: str, tables: Sequence[str], column: str, parts: int) -> C
     ).format(fractions, samples)
 
 
-def copy_work_mem(shares: int) -> Composed:
-    """The ``work_mem`` of a rebuild's copy: ``maintenance_work_mem`` (the load's, set on the
-    session) in ``shares``, never below the session's own ``work_mem``; as text (``'65536kB'``)."""
-    return SQL(
-        "SELECT (greatest(pg_size_bytes(current_setting('work_mem')),"
-        " pg_size_bytes(current_setting('maintenance_work_mem')) / {}) / 1024)::bigint || 'kB'"
-    ).format(Literal(max(1, shares)))
-
-
 def free_connections() -> SQL:
     """How many more sessions the server would accept from a role that is not a superuser
     (``max_connections`` less those reserved and those open)."""
