@@ -26,8 +26,10 @@ from test_upsert import _existing, _files, _reference
 
 from airflow_pg_bulk import naming, runner, steps
 from airflow_pg_bulk.db import session
+from airflow_pg_bulk.db.driver import execute
 from airflow_pg_bulk.errors import TransientLoadError
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest
+from airflow_pg_bulk.sql import set_config as psql_setting
 from airflow_pg_bulk.target import rebuild
 
 SPLIT = "sessions at once"  # what the log says of a split copy
@@ -121,7 +123,8 @@ def test_split_failure_before_the_swap_commits_leaves_the_target(
 
 def build_armed(db: Database) -> None:
     """``items`` with a stored generated column over ``slow(id)``: once ``armed`` holds a row,
-    it sleeps 60 s at id 1 and fails at id 4000 (``fail``) or sleeps there too."""
+    it sleeps 60 s at id 1 and fails at id 4000 (``fail``) or sleeps there too (``sleep``), or
+    sleeps 0.5 s at both (``nap``)."""
     s = sql.Identifier(db.schema)
     for statement in (
         "CREATE TABLE {s}.armed (mode text)",
@@ -129,7 +132,8 @@ def build_armed(db: Database) -> None:
         " AS $$DECLARE m text; BEGIN SELECT mode INTO m FROM {s}.armed;"
         " IF m IS NOT NULL AND v IN (1, 4000) THEN"
         "  IF v = 4000 AND m = 'fail' THEN RAISE EXCEPTION 'injected at id %', v; END IF;"
-        "  PERFORM pg_catalog.pg_sleep(60); END IF; RETURN v; END$$",
+        "  PERFORM pg_catalog.pg_sleep(CASE m WHEN 'nap' THEN 0.5 ELSE 60 END); END IF;"
+        " RETURN v; END$$",
         "CREATE TABLE {s}.items (id integer PRIMARY KEY, name text,"
         " slow integer GENERATED ALWAYS AS ({s}.slow(id)) STORED)",
         "INSERT INTO {s}.items (id, name) SELECT g, 'old' FROM generate_series(1, 4000) g",
@@ -175,6 +179,24 @@ def test_a_failing_session_stops_the_others_and_leaves_the_target(db, connect, t
         steps.cleanup(conn, db.schema, plan.load_id)
         conn.close()
     assert leftovers(db) == []
+
+
+def test_finalize_idle_in_its_transaction_outlives_the_server_timeout(db, connect, tmp_path, split):
+    """finalize's session waits for the copy sessions idle in its transaction: a server's
+    idle_in_transaction_session_timeout (here 100 ms, the copy 0.5 s) must not end it."""
+    build_armed(db)
+    plan, conn = prepared_upsert(db, connect, tmp_path)
+    db.run(f"INSERT INTO {db.schema}.armed VALUES ('nap')")
+    try:
+        execute(conn, psql_setting("idle_in_transaction_session_timeout", "100ms"))
+        conn.commit()
+        name = naming.application_name(plan.load_id, "finalize")
+        summary = steps.finalize(conn, plan, session.Sessions(connect, name))
+        assert split()
+        assert (summary.inserted, summary.updated) == (2000, 2000)
+    finally:
+        steps.cleanup(conn, db.schema, plan.load_id)
+        conn.close()
 
 
 def test_on_kill_cancels_every_copy_session(airflow_conn, tmp_path, split):  # noqa: F811

@@ -397,6 +397,9 @@ def _fill_at_once(
         len(ranges),
         column,
     )
+    # finalize's session waits idle in its transaction meanwhile, holding the lock: a server's
+    # idle_in_transaction_session_timeout must not end it
+    execute(conn, sql.set_config("idle_in_transaction_session_timeout", "0", local=True))
     setup = [sql.set_config("lock_timeout", plan.settings.lock_timeout)]
     parallel_builds.run_jobs(sessions, [functools.partial(fill, r) for r in ranges], at_once, setup)
     return sum(c[0] for c in counts), sum(c[1] for c in counts)
