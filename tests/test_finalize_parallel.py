@@ -202,36 +202,52 @@ def test_on_kill_cancels_every_index_build(airflow_conn, tmp_path):  # noqa: F81
         blocker.execute(
             sql.SQL("LOCK TABLE {} IN ROW EXCLUSIVE MODE").format(db.ident(plan.staging_table))
         )
-        operator = finalize_operator(plan)
-        step = Background(lambda: operator.execute(context("load.finalize", plan)))
-        name = session_of(plan)
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            waiting = db.scalar(
-                "SELECT count(*) FROM pg_stat_activity WHERE starts_with(application_name, %s)"
-                " AND state = 'active' AND strpos(query, 'CREATE') > 0",
-                name + "+",
-            )
-            if waiting == 2 or not step.thread.is_alive():
-                break
-            time.sleep(0.02)
-        assert waiting == 2
-        killed = time.monotonic()
-        threading.Thread(target=operator.on_kill).start()  # as Airflow's SIGTERM handler would
-        assert_stopped(db, name, killed)  # the step's session and all its extra ones
-        error = step.join(STOPPED_WITHIN)
+        error = kill_once_busy(db, plan, "state = 'active' AND strpos(query, 'CREATE') > 0")
     finally:
         blocker.close()
     assert isinstance(error, TransientLoadError), repr(error)
     assert sqlstate_of(error) == "57014"
     assert db.checksum("wide") == before
+    assert extra_sessions_gone(db, plan)
+
+
+def kill_once_busy(db: Database, plan: LoadPlan, busy: str, count: int = 2) -> Any:
+    """Run finalize's operator in the background; once ``count`` of its extra sessions match
+    ``busy`` (a condition on pg_stat_activity), kill it as Airflow's SIGTERM handler would,
+    check that every session of the step stopped, and return the step's exception."""
+    operator = finalize_operator(plan)
+    step = Background(lambda: operator.execute(context("load.finalize", plan)))
+    name = session_of(plan)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        waiting = db.scalar(
+            sql.SQL(
+                "SELECT count(*) FROM pg_stat_activity WHERE starts_with(application_name, %s)"
+                " AND {}"
+            ).format(sql.SQL(busy)),
+            name + "+",
+        )
+        if waiting == count or not step.thread.is_alive():
+            break
+        time.sleep(0.02)
+    assert waiting == count
+    killed = time.monotonic()
+    threading.Thread(target=operator.on_kill).start()  # as Airflow's SIGTERM handler would
+    assert_stopped(db, name, killed)  # the step's session and all its extra ones
+    return step.join(STOPPED_WITHIN)
+
+
+def extra_sessions_gone(db: Database, plan: LoadPlan) -> bool:
+    """True once the extra sessions of finalize's operator are closed (within STOPPED_WITHIN)."""
     deadline = time.monotonic() + STOPPED_WITHIN
     while db.scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE starts_with(application_name, %s)",
         session_of(plan) + "+",
     ):
-        assert time.monotonic() < deadline, "an index build session is still open"
+        if time.monotonic() > deadline:
+            return False
         time.sleep(0.02)
+    return True
 
 
 def test_the_old_table_is_dropped_after_the_swap_commits(db, connect, tmp_path, monkeypatch):

@@ -20,15 +20,22 @@ target's advisory lock:
    old table dropped in a transaction of its own.
 
 The index builds stay on this one session, one after another (each with parallel maintenance
-workers): a build on another session could not see the new table before the commit.
+workers): a build on another session could not see the new table before the commit. An
+upsert's new table is the exception: on a big enough target it is created and committed
+before the transaction and filled by several sessions at once, one key range each, under the
+EXCLUSIVE lock taken by finalize's session, which lets them read the target and keeps its
+writers out until the swap (:func:`_fill_at_once`).
 
 A failure anywhere rolls all of it back: the target is as it was, the new table never
-existed. See docs/design.md, "append and upsert: in place or rebuild".
+existed (or, filled by several sessions, is dropped by the next attempt or by cleanup). See
+docs/design.md, "append and upsert: in place or rebuild".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
+import itertools
 import logging
 from typing import Any
 
@@ -44,10 +51,16 @@ from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition, planning
 from airflow_pg_bulk.plan.codes import ConstraintKind, Persistence
 from airflow_pg_bulk.plan.figures import PhaseClock
-from airflow_pg_bulk.target import build, history, staging, swap, upsert
+from airflow_pg_bulk.target import build, history, parallel_builds, staging, swap, upsert
 from airflow_pg_bulk.target.history import LedgerTotals
 
 log = logging.getLogger(__name__)
+
+SPLIT_MIN_BYTES = 64 * 1024 * 1024  # target and staging together: below, copy_over is serial
+#: key ranges per session of a split copy_over: each range reads all of the target and
+#: staging (a seq scan, filtered), so more ranges cost more: 2 sessions x 1 range used 16 %
+#: more server CPU than the serial copy, 2 x 2 ranges 34 % (upsert 12 onto 12, PostgreSQL 15)
+RANGES_PER_SESSION = 1
 
 
 def obstacle(conn: DatabaseConnection, target: TargetDefinition) -> str | None:
@@ -133,10 +146,18 @@ def make_visible(
     sessions: Sessions | None = None,
 ) -> tuple[int, int] | None:
     """Build the new table and swap it in, in one transaction (see the module's docstring).
-    Returns an upsert's (rows inserted, rows updated); None for an append."""
+    Returns an upsert's (rows inserted, rows updated); None for an append.
+
+    With ``sessions``, an upsert of a big enough target fills the new table on several
+    sessions at once, each a range of the key (:func:`split_sessions`)."""
     t = plan.target
     rows = totals.rows
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
+    at_once = _split_sessions(conn, plan, sessions)
+    if plan.mode.keyed:  # an earlier attempt's, committed by a split copy
+        execute(conn, sql.drop_table(t.schema, naming.rebuilt_table(plan.load_id), if_exists=True))
+        if at_once > 1:  # the other sessions fill it: it must be theirs to see
+            _create_rebuilt(conn, plan)
     conn.commit()
     merged = None
     with clock.phase("copy_over"):
@@ -146,7 +167,7 @@ def make_visible(
         if not plan.mode.keyed:
             new = _append_rows(conn, plan, rows)
         else:
-            new, merged = _upsert_rows(conn, plan, rows)
+            new, merged = _upsert_rows(conn, plan, rows, sessions if at_once > 1 else None, at_once)
     # the swap's plan: the new table in staging's place; its ordering check was made above,
     # under the lock the swap keeps
     built = dataclasses.replace(plan, staging_table=new, run=None)
@@ -193,20 +214,8 @@ def _append_rows(conn: DatabaseConnection, plan: LoadPlan, rows: int) -> str:
     return stage
 
 
-def _upsert_rows(
-    conn: DatabaseConnection, plan: LoadPlan, rows: int
-) -> tuple[str, tuple[int, int]]:
-    """Upsert: a new table LIKE the target = its rows whose key is not loaded + the latest
-    loaded row per key. Returns the new table and (rows inserted, rows updated)."""
+def _create_rebuilt(conn: DatabaseConnection, plan: LoadPlan) -> str:
     t = plan.target
-    spec = plan.upsert
-    if spec is None:
-        raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
-    stage = plan.staging_table
-    if not plan.staging_logged:
-        staging.check_rows(conn, plan, rows)
-    if spec.on_duplicate_key != "last":
-        upsert.refuse_duplicates(conn, plan)
     new = naming.rebuilt_table(plan.load_id)
     execute(
         conn,
@@ -218,11 +227,95 @@ def _upsert_rows(
             server_version=server_version(conn),
         ),
     )
+    return new
+
+
+def split_sessions(pool: int, free_connections: int, table_bytes: int, min_bytes: int) -> int:
+    """How many sessions fill the new table of an upsert rebuild at once (pure); 1: the one
+    serial statement on finalize's own session.
+
+    As many as index builds at once (:data:`parallel_builds.BUILDS_PER_WORKERS`: one per 4
+    of the server's parallel worker pool, ``min(max_worker_processes, max_parallel_workers)``,
+    the only statement of its cores SQL can read), leaving one of the server's
+    ``free_connections`` spare; 1 below ``min_bytes`` of target and staging together (the
+    sessions' start and the sampled bounds cost more than they save; measured in
+    benchmarks/RESULTS-incremental.md, "copy_over on several sessions")."""
+    if table_bytes < min_bytes:
+        return 1
+    wanted = max(1, pool // parallel_builds.BUILDS_PER_WORKERS)
+    return max(1, min(wanted, free_connections - 1))
+
+
+def _split_sessions(conn: DatabaseConnection, plan: LoadPlan, sessions: Sessions | None) -> int:
+    """:func:`split_sessions` with the server's settings and the tables' sizes."""
+    if sessions is None or not plan.mode.keyed:
+        return 1
+    t = plan.target
+    target_bytes = execute(conn, sql.target_size(t.oid))[0][0]
+    staging_bytes = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
+    processes, parallel, _maintenance = execute(conn, sql.parallel_limits())[0]
+    return split_sessions(
+        min(processes, parallel),
+        scalar(conn, sql.free_connections()),
+        target_bytes + staging_bytes,
+        SPLIT_MIN_BYTES,
+    )
+
+
+def _upsert_rows(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    rows: int,
+    sessions: Sessions | None = None,
+    at_once: int = 1,
+) -> tuple[str, tuple[int, int]]:
+    """Upsert: a new table LIKE the target = its rows whose key is not loaded + the latest
+    loaded row per key. Returns the new table and (rows inserted, rows updated).
+
+    With ``sessions`` (the new table created and committed before): ``at_once`` sessions
+    fill it at once, each :data:`RANGES_PER_SESSION` ranges of the key's first column in
+    turn (:func:`_fill_at_once`)."""
+    t = plan.target
+    spec = plan.upsert
+    if spec is None:
+        raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
+    if not plan.staging_logged:
+        staging.check_rows(conn, plan, rows)
+    if spec.on_duplicate_key != "last":
+        upsert.refuse_duplicates(conn, plan)
+    before = scalar(conn, sql.count_rows(t.schema, t.table))
+    if sessions is None:
+        new = _create_rebuilt(conn, plan)
+        kept, loaded = _fill_range(conn, plan, None)
+    else:
+        new = naming.rebuilt_table(plan.load_id)
+        kept, loaded = _fill_at_once(conn, plan, sessions, at_once)
+    updated = before - kept
+    if _not_loaded(plan):
+        return new, (loaded, updated)  # the inserts counted apart from the updates
+    return new, (loaded - updated, updated)
+
+
+def _not_loaded(plan: LoadPlan) -> list[str]:
+    return [c for c in _copied_columns(plan.target) if c not in plan.columns]
+
+
+def _fill_range(
+    conn: DatabaseConnection, plan: LoadPlan, within: sql.KeyRange | None
+) -> tuple[int, int]:
+    """Fill the new table with the rows of one key range (None: all): the target's rows
+    whose key is not loaded, then the latest loaded row per key. Returns (target rows kept,
+    loaded rows inserted) — with columns not loaded, only the loaded rows whose key is not
+    in the target (the others counted as updates by the caller)."""
+    t = plan.target
+    spec = plan.upsert
+    assert spec is not None
+    stage = plan.staging_table
+    new = naming.rebuilt_table(plan.load_id)
     by_name = {c.name: c for c in t.columns}
     # NULL matches NULL only where the key's index says NULLs are not distinct
     nullable = [] if spec.key_may_be_null else [c for c in spec.key if not by_name[c].not_null]
     columns = _copied_columns(t)
-    before = scalar(conn, sql.count_rows(t.schema, t.table))
     kept = execute_count(
         conn,
         sql.copy_rows_over(
@@ -232,13 +325,15 @@ def _upsert_rows(
             columns,
             override_identity=staging.overrides_identity(t, columns),
             unless_loaded=(stage, spec.key, nullable),
+            within=within,
         ),
     )
-    updated = before - kept
-    latest = sql.latest_loaded(
+    latest: Any = sql.latest_loaded(
         t.schema, stage, plan.columns, spec.key, key_may_be_null=spec.key_may_be_null
     )
-    others = [c for c in columns if c not in plan.columns]
+    if within is not None:
+        latest = sql.rows_in_key_range(latest, within)
+    others = _not_loaded(plan)
 
     def insert(source: Any, **how: Any) -> int:
         return execute_count(
@@ -248,7 +343,7 @@ def _upsert_rows(
 
     if not others:
         loaded = insert(latest, override_identity=staging.overrides_identity(t, plan.columns))
-        return new, (loaded - updated, updated)
+        return kept, loaded
     # columns not loaded: an updated row keeps its own, an inserted row gets the defaults
     insert(
         latest,
@@ -266,4 +361,45 @@ def _upsert_rows(
         drawn=drawn,
         override_identity=staging.overrides_identity(t, plan.columns),
     )
-    return new, (inserted, updated)
+    return kept, inserted
+
+
+def _fill_at_once(
+    conn: DatabaseConnection, plan: LoadPlan, sessions: Sessions, at_once: int
+) -> tuple[int, int]:
+    """:func:`_fill_range` of each key range on ``at_once`` sessions of their own, each
+    range committed there; returns the sums. ``conn`` holds the target's EXCLUSIVE lock:
+    no writer changes it until the swap, so the sessions, which start reading after the
+    lock was granted, read the rows the swap replaces. The ranges' bounds come from a
+    sample of the target and staging (:func:`sql.key_bounds`). A failure, a timeout or a
+    kill stops every session (:func:`parallel_builds.run_jobs`) and is raised: the caller
+    rolls back, the target is untouched, and the new table, committed half-filled, is
+    dropped by the next attempt or by cleanup (its name is the load's)."""
+    t = plan.target
+    spec = plan.upsert
+    assert spec is not None
+    column = spec.key[0]
+    parts = at_once * RANGES_PER_SESSION
+    bounds = scalar(conn, sql.key_bounds(t.schema, [t.table, plan.staging_table], column, parts))
+    edges: list[str | None] = [None, *dict.fromkeys(bounds or []), None]  # each bound once
+    ranges = [sql.KeyRange(column, low, high) for low, high in itertools.pairwise(edges)]
+    counts: list[tuple[int, int]] = []
+
+    def fill(within: sql.KeyRange, session: DatabaseConnection) -> None:
+        counts.append(_fill_range(session, plan, within))
+        session.commit()
+
+    log.info(
+        "Load %s: filling the new table of %s on %d sessions at once, %d ranges of %s",
+        plan.load_id,
+        t.qualified,
+        at_once,
+        len(ranges),
+        column,
+    )
+    # finalize's session waits idle in its transaction meanwhile, holding the lock: a server's
+    # idle_in_transaction_session_timeout must not end it
+    execute(conn, sql.set_config("idle_in_transaction_session_timeout", "0", local=True))
+    setup = [sql.set_config("lock_timeout", plan.settings.lock_timeout)]
+    parallel_builds.run_jobs(sessions, [functools.partial(fill, r) for r in ranges], at_once, setup)
+    return sum(c[0] for c in counts), sum(c[1] for c in counts)
