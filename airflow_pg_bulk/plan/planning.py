@@ -85,11 +85,13 @@ def staging_logged(
 #: daily reload of one leaf of a table of years of days makes nothing per leaf.
 STAGED_BY_PARTITION_MAX_LEAVES = 64
 #: ...and only when the load brings at least this many source bytes per leaf of the target.
-#: Staging partitioned like the target costs a fixed few milliseconds per leaf (its staging
-#: partition made, its CHECK added, detached in finalize); one plain staging table costs, when
-#: the rows go to more than one partition, a second write of every row (finalize's route: about
-#: 0.7 s per million rows of workload A on 2 cores, PostgreSQL 15; benchmarks/RESULTS-
-#: incremental.md). A megabyte of source routed costs about what one staging partition costs.
+#: Staging partitioned like the target costs about half a millisecond per leaf (its staging
+#: partition made, its CHECK added, its comment; 0.3-0.5 ms measured on PostgreSQL 15, 2 busy
+#: cores), whether or not rows go there; one plain staging table costs, when the rows go to
+#: more than one partition, a second write of every row (finalize's route: about 20 ms per MB
+#: of workload A's CSV, 1.3 s for 63 MB; benchmarks/RESULTS-incremental.md), and nothing when
+#: they all go to one (staging becomes its table). At 1 MB per leaf a load into one leaf pays
+#: at most a few percent for the layout, and a load spread over the leaves saves ~40x its cost.
 STAGED_BY_PARTITION_BYTES_PER_LEAF = 1 << 20
 
 
