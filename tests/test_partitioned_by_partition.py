@@ -23,7 +23,7 @@ from psycopg import sql as psql
 
 from airflow_pg_bulk import runner, steps
 from airflow_pg_bulk.db.driver import connect as connect_driver
-from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import (
     Column,
     ErrorPolicy,
@@ -162,6 +162,39 @@ def test_prepare_makes_a_staging_partition_per_leaf_and_cleanup_drops_them(
         steps.copy_partition(conn, plan, part.index)
     steps.finalize(conn, plan)
     assert db.checksum("readings", ", ".join(tp.COLUMNS)) == expected
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert leftovers(db) == []
+
+
+@pytest.mark.parametrize("way", ["in_place", "swap"])
+def test_a_partition_detached_after_prepare_is_refused(db, pg_dsn, tmp_path, monkeypatch, way):
+    """Staging was made with the bounds prepare read: a partition that receives rows and is
+    detached (and another attached under its name with another bound) before finalize
+    refuses the load, loaded in place or swapped; nothing else changed."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+    tp.setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", tp.loaded_rows(db, "range", "replace_partitions"))
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
+    )
+    conn = connect_driver(pg_dsn)
+    plan = steps.prepare(conn, request, "d1b2c3d4e5f6")
+    for part in plan.partitions:
+        steps.copy_partition(conn, plan, part.index)
+    readings, p2 = db.ident("readings"), db.ident("readings_p2")
+    db.run(psql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(readings, p2))
+    db.run(psql.SQL("ALTER TABLE {} RENAME TO {}").format(p2, psql.Identifier("gone")))
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ('2024-03-01') TO ('2024-03-15')"
+        ).format(p2, readings)
+    )
+    before = db.checksum("readings", ", ".join(tp.COLUMNS))
+    with pytest.raises(LoadRefusedError, match=r"readings_p2 .* was detached or changed"):
+        steps.finalize(conn, plan)
+    assert db.checksum("readings", ", ".join(tp.COLUMNS)) == before
     steps.cleanup(conn, db.schema, plan.load_id)
     conn.close()
     assert leftovers(db) == []

@@ -291,6 +291,8 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
         if not candidates and rows:  # every key value pruned every partition
             conn.rollback()
             raise _unrouted(conn, plan, [])
+        if by_partition:  # the bounds prepare read: still those of the target's partitions?
+            _refuse_moved(conn, plan, kept)
         # a partition loaded in place needs no definition; one swapped, its own in full
         by_name = {}
         swapped = []
@@ -481,6 +483,28 @@ def _staged_partitions(
         leaf_schema, name, kind, bound, constraint = json.loads(text)
         candidates.append((leaf_schema, name, kind, bound, constraint))
     raise AssertionError("unreachable")
+
+
+def _refuse_moved(
+    conn: DatabaseConnection, plan: LoadPlan, kept: list[tuple[str, str, str, str | None]]
+) -> None:
+    """A staging partitioned like the target was made with the partitions' bounds as prepare
+    read them: each partition that received rows must still be a partition of the target
+    with that bound (one catalog query, on those partitions only)."""
+    t = plan.target
+    now = {
+        (leaf_schema, name): (bound, constraint)
+        for leaf_schema, name, _kind, bound, constraint in execute(
+            conn, sql.leaf_partitions(t.oid, [(s, n) for s, n, _b, _c in kept])
+        )
+    }
+    for leaf_schema, name, bound, constraint in kept:
+        if now.get((leaf_schema, name)) != (bound, constraint):
+            raise LoadRefusedError(
+                f"table partition {leaf_schema}.{name} of {t.qualified} was detached or "
+                "changed after prepare made this load's staging for it; nothing was swapped. "
+                "Run the load again"
+            )
 
 
 def _unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str | None]) -> BadDataError:
