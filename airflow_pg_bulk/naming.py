@@ -162,6 +162,12 @@ def router_partition(load_id: str, number: int) -> str:
     return f"{PREFIX}{check_load_id(load_id)}_r{number}"
 
 
+def unrouted_partition(load_id: str) -> str:
+    """The DEFAULT partition of a staging partitioned like the target: the rows that no
+    partition of the target takes land there (and fail the load in finalize, named)."""
+    return f"{PREFIX}{check_load_id(load_id)}_none"
+
+
 def routed_check(load_id: str) -> str:
     """The CHECK on a partitioned target's staging that sets aside, as a bad row, a row that
     no partition takes (``on_error="reject"``)."""
@@ -223,7 +229,9 @@ def original_names(plan: LoadPlan, text: str) -> str:
                 back[temp_constraint(leaf_id, k)] = con.name
     for temp in sorted(back, key=len, reverse=True):  # _i10 before _i1
         text = text.replace(temp, back[temp])
-    return text
+    # a staging partitioned like the target (COPY writes into its partitions): named as the
+    # target, as the one plain staging table is
+    return re.sub(re.escape(PREFIX + plan.load_id) + r"_(?:r\d+|none)\b", plan.target.table, text)
 
 
 def split_name(name: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
 from airflow_pg_bulk.loading import cleanup, create_target, ledger, survey
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies
@@ -64,6 +64,10 @@ def prepare(
         strategy = rebuild.resolve(conn, request, target, total, load_id)
         conn.rollback()
         partitions = source_format.cut(files, request.partition_count(total), matched)
+        # a partitioned target: staged in one plain table, or partitioned like it (chosen
+        # here, once, from its number of leaves and the load's size; every step follows it)
+        leaves = 0 if target.partitioning is None else scalar(conn, sql.leaf_count(target.oid))
+        layout = planning.choose_staging_layout(request, target, leaves, total)
         plan = planning.build_plan(
             request,
             target,
@@ -77,6 +81,7 @@ def prepare(
             strategy=strategy,
             run=run,
             database=matched.database,
+            staging_layout=layout,
         )
         if plan.mode.ordered_over_whole_target:  # the whole target: refused before any work
             history.refuse_overwriting_newer(conn, plan)
@@ -99,7 +104,7 @@ def prepare(
         raise
     cleanup.drop_abandoned(conn, plan)
     log.info(
-        "Load %s: prepared into %s (%s%s): %s in %d COPY streams, staging %s (%s)%s",
+        "Load %s: prepared into %s (%s%s): %s in %d COPY streams, staging %s (%s%s)%s",
         load_id,
         target.qualified,
         request.mode,
@@ -108,6 +113,7 @@ def prepare(
         len(partitions),
         plan.staging_table,
         "logged" if plan.staging_logged else "unlogged",
+        f", partitioned like the target: {layout.why}" if layout.by_partition else "",
         "; kept from an earlier attempt, with its committed COPY streams" if resumed else "",
     )
     return plan

@@ -20,6 +20,7 @@ from airflow_pg_bulk.plan.load_plan import (
     Partition,
     Piece,
     RunOrder,
+    StagingLayout,
     UpsertSpec,
 )
 from airflow_pg_bulk.plan.plain import PlainData
@@ -64,6 +65,7 @@ __all__ = [
     "ReferencingKey",
     "RunOrder",
     "Settings",
+    "StagingLayout",
     "TargetDefinition",
     "TriggerDef",
     "UpsertSpec",

@@ -123,6 +123,23 @@ class RunOrder(PlainData):
 
 
 @dataclass(frozen=True)
+class StagingLayout(PlainData):
+    """How a partitioned target's load is staged, chosen once by prepare
+    (:func:`airflow_pg_bulk.plan.planning.choose_staging_layout`) and followed by every step.
+
+    :param by_partition: staging is partitioned like the target (one staging partition per
+        leaf, made by prepare; the COPY tasks' rows are routed by PostgreSQL as they are
+        written, and finalize detaches the staging partitions that received rows); False:
+        ONE plain staging table, whose rows finalize routes (rewrites) into a new table per
+        partition they go to. Always False for a plain target and for an upsert.
+    :param why: the reason, for the log.
+    """
+
+    by_partition: bool = False
+    why: str = ""
+
+
+@dataclass(frozen=True)
 class LoadPlan(PlainData):
     """The complete, self-contained description of one load, made by prepare."""
 
@@ -157,6 +174,9 @@ class LoadPlan(PlainData):
     run: RunOrder | None = None
     # a query or table on another database as the source (None: files)
     database: DatabaseSource | None = None
+    # a partitioned target's staging: one plain table routed in finalize, or partitioned
+    # like the target and routed by COPY (planning.choose_staging_layout)
+    staging_layout: StagingLayout = StagingLayout()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))  # a plain str from to_dict / XCom

@@ -38,6 +38,33 @@ def leaf_partitions(oid: int, names: Sequence[tuple[str, str]] | None = None) ->
     ).format(Literal(oid), chosen)
 
 
+def leaf_count(oid: int) -> Composed:
+    """How many direct partitions a partitioned table has (no lock taken, nothing per
+    partition read but its pg_inherits row)."""
+    return SQL("SELECT count(*) FROM pg_inherits WHERE inhparent = {}").format(Literal(oid))
+
+
+def partitions_with_comments(schema: str, parent: str) -> Composed:
+    """A partitioned table's direct partitions: name and comment, ordered by name."""
+    return SQL(
+        "SELECT c.relname, obj_description(c.oid, 'pg_class') FROM pg_inherits i"
+        " JOIN pg_class c ON c.oid = i.inhrelid WHERE i.inhparent = {}::regclass"
+        " ORDER BY c.relname"
+    ).format(Literal(Identifier(schema, parent).as_string()))
+
+
+def tables_with_rows(schema: str, names: Sequence[str]) -> Composed:
+    """Which of the tables ``names`` hold at least one row, in one statement (their names)."""
+    if not names:
+        return SQL("SELECT NULL::text WHERE false")
+    return SQL(" UNION ALL ").join(
+        SQL("SELECT {}::text WHERE EXISTS (SELECT FROM {})").format(
+            Literal(name), table_identifier(schema, name)
+        )
+        for name in names
+    )
+
+
 def leaf_names(oid: int) -> Composed:
     """The names of a partitioned table's direct partitions (schema, name): no lock taken."""
     return SQL(

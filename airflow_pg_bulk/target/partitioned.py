@@ -4,10 +4,24 @@ partitions of the target.
 
 prepare (:func:`create_staging`) captures the parent only (its key, columns, indexes,
 constraints, grants: :func:`airflow_pg_bulk.target.catalog.capture`, a few catalog queries whatever
-the number of partitions) and makes ONE plain staging table shaped like it (unlogged where a
-plain staging would be); the COPY tasks COPY into it.
+the number of partitions) and stages the load as the plan's
+:class:`~airflow_pg_bulk.plan.StagingLayout` says (chosen once, by
+:func:`airflow_pg_bulk.plan.planning.choose_staging_layout`):
 
-finalize first routes the staged rows (:func:`route`, one transaction, committed):
+- ONE plain staging table shaped like it (unlogged where a plain staging would be), whatever
+  the number of partitions of the target (the daily reload of one leaf of thousands); the
+  COPY tasks COPY into it, and finalize routes (writes again) its rows into a new table per
+  partition they go to;
+- or, for a load that brings enough rows for each of few leaves (a year into 12 months),
+  staging partitioned like the target: one staging partition per leaf (its bound, a CHECK of
+  it, the leaf in its comment) and a DEFAULT one for rows of no partition, made in one round
+  trip. The COPY tasks COPY into its parent and PostgreSQL routes each row once; finalize's
+  route detaches the staging partitions that received rows as the partitions' new tables
+  (a row in the DEFAULT one fails the load, named as below); nothing is written twice.
+
+finalize first routes the staged rows of one plain staging table (:func:`route`, one
+transaction, committed; with staging partitioned like the target, only step 3 and the
+detach of the staging partitions with rows):
 
 1. the partitions they go to: the distinct partition-key values in staging, and the
    partitions the planner's partition pruning keeps for them
@@ -59,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import itertools
 import json
 import logging
 import time
@@ -113,19 +128,28 @@ def partitioned_staging(plan: LoadPlan) -> bool:
 
 
 def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
-    """prepare: one plain staging table shaped like the parent (its columns and defaults; an
-    identity column not loaded numbered from the target's sequence). No partition of the
-    target is read (but with ``on_error="reject"``: a CHECK that a row is in one of them,
-    so that a row of no partition is set aside as COPY goes): the partitions the rows go
-    to are found in finalize (:func:`route`)."""
+    """prepare: the staging table shaped like the parent (its columns and defaults; an
+    identity column not loaded numbered from the target's sequence), as the plan's
+    :class:`~airflow_pg_bulk.plan.StagingLayout` says:
+
+    - one plain table (unlogged where a plain staging would be). No partition of the target
+      is read (but with ``on_error="reject"``: a CHECK that a row is in one of them, so that
+      a row of no partition is set aside as COPY goes): the partitions the rows go to are
+      found in finalize (:func:`route`), which writes them into a new table per partition;
+    - ``by_partition``: partitioned like the target, one staging partition per leaf (its
+      bound, a CHECK of it added while empty, the leaf's name in its comment) and a DEFAULT
+      one for rows of no partition, all made in one round trip: COPY routes every row to its
+      partition as it writes it, and finalize only detaches the staging partitions that
+      received rows (:func:`route`)."""
     t = plan.target
+    by_partition = plan.staging_layout.by_partition
     execute(
         conn,
         sql.create_partitioned_staging(
             t.schema,
             plan.staging_table,
             t.table,
-            None,
+            _parts(plan).key if by_partition else None,
             server_version=server_version(conn),
             logged=plan.staging_logged,
         ),
@@ -139,7 +163,9 @@ def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
                     t.schema, plan.staging_table, seq.column, (seq.schema, seq.name)
                 ),
             )
-    if plan.errors.rejecting:  # a row that no partition takes is set aside as a bad row
+    if by_partition:
+        _stage_by_partition(conn, plan)
+    elif plan.errors.rejecting:  # a row that no partition takes is set aside as a bad row
         bounds = [row[4] for row in execute(conn, sql.leaf_partitions(t.oid))]
         if bounds and all(bounds):  # (a DEFAULT partition takes any row)
             execute(
@@ -148,6 +174,45 @@ def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
                     t.schema, plan.staging_table, naming.routed_check(plan.load_id), bounds
                 ),
             )
+
+
+def _stage_by_partition(conn: DatabaseConnection, plan: LoadPlan) -> None:
+    """The staging partitions of a staging partitioned like the target, in one round trip:
+    ``router_partition(load_id, n)`` for the target's ``n``-th leaf (by name), with its bound,
+    the CHECK of it (ATTACH then skips its scan) and, in its comment, the leaf as
+    :func:`sql.leaf_partitions` describes it; and ``unrouted_partition(load_id)``, DEFAULT,
+    unless the target has a DEFAULT partition of its own or is hash-partitioned (no DEFAULT
+    there: every row has a partition when the remainders are all there)."""
+    t = plan.target
+    load_id = plan.load_id
+    leaves = execute(conn, sql.leaf_partitions(t.oid))
+    statements: list[sql.Composable] = []
+    for number, (leaf_schema, name, kind, bound, constraint) in enumerate(leaves):
+        table = naming.router_partition(load_id, number)
+        statements.append(
+            sql.create_partition_of(
+                t.schema, table, plan.staging_table, bound, logged=plan.staging_logged
+            )
+        )
+        if constraint:
+            statements.append(
+                sql.add_check(t.schema, table, naming.bound_check(load_id), constraint)
+            )
+        described = json.dumps([leaf_schema, name, kind, bound, constraint])
+        statements.append(sql.comment_on("TABLE", sql.qualified(t.schema, table), described))
+    hashed = _parts(plan).key.upper().startswith("HASH")
+    if not hashed and all(bound != "DEFAULT" for _s, _n, _k, bound, _c in leaves):
+        statements.append(
+            sql.create_partition_of(
+                t.schema,
+                naming.unrouted_partition(load_id),
+                plan.staging_table,
+                "DEFAULT",
+                logged=plan.staging_logged,
+            )
+        )
+    if statements:
+        execute(conn, sql.in_one_round_trip(*statements))
 
 
 def leaf_plan(plan: LoadPlan, number: int) -> LoadPlan:
@@ -177,22 +242,31 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
             routed = _routed_before(conn, plan)
             conn.commit()
             return routed
-        if not plan.staging_logged:  # a crash may have emptied the unlogged staging
+        by_partition = plan.staging_layout.by_partition
+        if not plan.staging_logged and not by_partition:  # a crash may have emptied it
             staging.check_rows(conn, plan, rows)
         columns = [c.name for c in t.columns]
-        # the partition of one row, confirmed for all by the CHECK of its bound that the
-        # staging table gets as that partition's new table (the scan that validates the
-        # rows, which a load into one partition needs anyway); else every row's partition
-        candidates = _one_partition(conn, plan, columns)
-        alone = renamed = candidates is not None
-        if candidates is None:
-            names = catalog.partitions_of_rows(conn, t, stage, columns)
-            candidates = execute(conn, sql.leaf_partitions(t.oid, names))
-            alone = names is not None and len(candidates) == 1
+        alone = renamed = False
+        if by_partition:  # COPY routed the rows: the staging partitions, as prepare made them
+            candidates, unrouted = _staged_partitions(conn, plan)
+        else:
+            # the partition of one row, confirmed for all by the CHECK of its bound that the
+            # staging table gets as that partition's new table (the scan that validates the
+            # rows, which a load into one partition needs anyway); else every row's partition
+            found = _one_partition(conn, plan, columns)
+            alone = renamed = found is not None
+            if found is not None:
+                candidates = found
+            else:
+                names = catalog.partitions_of_rows(conn, t, stage, columns)
+                candidates = execute(conn, sql.leaf_partitions(t.oid, names))
+                alone = names is not None and len(candidates) == 1
         bounds = [row[4] for row in candidates]
         kept: list[tuple[str, str, str, str | None]] = []
         try:
-            if alone:
+            if by_partition:
+                kept = _keep_filled(conn, plan, stage, candidates, unrouted, rows)
+            elif alone:
                 # staging itself becomes the partition's new table
                 leaf_schema, name, _kind, bound, constraint = candidates[0]
                 first = naming.staging_partition(plan.load_id, 0)
@@ -208,13 +282,17 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
             elif candidates:
                 kept = _split(conn, plan, candidates)
         except Exception as exc:
-            if not (is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION):
+            if not isinstance(exc, _CheckFailed) and not (
+                is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION
+            ):
                 raise
             rollback_quietly(conn)
             raise _unrouted(conn, plan, bounds) from exc
         if not candidates and rows:  # every key value pruned every partition
             conn.rollback()
             raise _unrouted(conn, plan, [])
+        if by_partition:  # the bounds prepare read: still those of the target's partitions?
+            _refuse_moved(conn, plan, kept)
         # a partition loaded in place needs no definition; one swapped, its own in full
         by_name = {}
         swapped = []
@@ -339,18 +417,94 @@ def _split(
             t.schema, router, plan.staging_table, columns, override_identity=False
         ),
     )
-    kept = []
-    for number, (leaf_schema, leaf_name, _kind, bound, constraint) in enumerate(candidates):
-        name = naming.router_partition(load_id, number)
-        if not scalar(conn, sql.has_rows(t.schema, name)):
-            continue
-        execute(conn, sql.detach_partition(t.schema, router, name))
-        execute(
-            conn, sql.rename_table(t.schema, name, naming.staging_partition(load_id, len(kept)))
-        )
-        kept.append((leaf_schema, leaf_name, bound, constraint))
+    kept = _keep_filled(conn, plan, router, candidates)
     execute(conn, sql.drop_table(t.schema, router))  # with the partitions that got no row
     return kept
+
+
+def _keep_filled(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    router: str,
+    candidates: list[tuple[str, str, str, str, str | None]],
+    unrouted: str | None = None,
+    rows: int = 0,
+) -> list[tuple[str, str, str, str | None]]:
+    """The partitions ``router_partition(load_id, n)`` of ``router`` (a partitioned table
+    whose ``n``-th partition takes the rows of ``candidates[n]``) that hold rows, detached
+    and renamed ``staging_partition(load_id, k)`` in order; returns their (schema, name,
+    bound, constraint). A staging partitioned like the target, as prepare made it: a row in
+    its DEFAULT partition ``unrouted`` fails the load (:func:`route` names it), and no
+    partition holding a row while the ledger records ``rows`` means a crash emptied the
+    unlogged staging."""
+    t = plan.target
+    load_id = plan.load_id
+    names = [naming.router_partition(load_id, n) for n in range(len(candidates))]
+    asked = [*names, unrouted] if unrouted else names
+    filled = {row[0] for row in execute(conn, sql.tables_with_rows(t.schema, asked))}
+    if unrouted in filled:
+        raise _CheckFailed
+    if rows and not filled and not plan.staging_logged:
+        staging.check_count(conn, plan, 0, rows)
+    kept: list[tuple[str, str, str, str | None]] = []
+    moves: list[sql.Composable] = []
+    for name, candidate in zip(names, candidates, strict=True):
+        leaf_schema, leaf_name, _kind, bound, constraint = candidate
+        if name in filled:
+            moves.append(sql.detach_partition(t.schema, router, name))
+            moves.append(
+                sql.rename_table(t.schema, name, naming.staging_partition(load_id, len(kept)))
+            )
+            kept.append((leaf_schema, leaf_name, bound, constraint))
+    if moves:
+        execute(conn, sql.in_one_round_trip(*moves))
+    return kept
+
+
+class _CheckFailed(Exception):
+    """A staged row that no partition of the target takes (in the DEFAULT partition of a
+    staging partitioned like the target): :func:`route` names it (:func:`_unrouted`)."""
+
+
+def _staged_partitions(
+    conn: DatabaseConnection, plan: LoadPlan
+) -> tuple[list[tuple[str, str, str, str, str | None]], str | None]:
+    """The leaves prepare made a staging partition for (:func:`_stage_by_partition`), read
+    back from those partitions' comments, in the order of their numbers; and the name of
+    staging's DEFAULT partition (None: it has none)."""
+    t = plan.target
+    found = dict(execute(conn, sql.partitions_with_comments(t.schema, plan.staging_table)))
+    unrouted = naming.unrouted_partition(plan.load_id)
+    candidates = []
+    for number in itertools.count():
+        text = found.get(naming.router_partition(plan.load_id, number))
+        if text is None:
+            return candidates, unrouted if unrouted in found else None
+        leaf_schema, name, kind, bound, constraint = json.loads(text)
+        candidates.append((leaf_schema, name, kind, bound, constraint))
+    raise AssertionError("unreachable")
+
+
+def _refuse_moved(
+    conn: DatabaseConnection, plan: LoadPlan, kept: list[tuple[str, str, str, str | None]]
+) -> None:
+    """A staging partitioned like the target was made with the partitions' bounds as prepare
+    read them: each partition that received rows must still be a partition of the target
+    with that bound (one catalog query, on those partitions only)."""
+    t = plan.target
+    now = {
+        (leaf_schema, name): (bound, constraint)
+        for leaf_schema, name, _kind, bound, constraint in execute(
+            conn, sql.leaf_partitions(t.oid, [(s, n) for s, n, _b, _c in kept])
+        )
+    }
+    for leaf_schema, name, bound, constraint in kept:
+        if now.get((leaf_schema, name)) != (bound, constraint):
+            raise LoadRefusedError(
+                f"table partition {leaf_schema}.{name} of {t.qualified} was detached or "
+                "changed after prepare made this load's staging for it; nothing was swapped. "
+                "Run the load again"
+            )
 
 
 def _unrouted(conn: DatabaseConnection, plan: LoadPlan, bounds: list[str | None]) -> BadDataError:
