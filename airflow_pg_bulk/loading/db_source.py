@@ -651,13 +651,14 @@ def copy_piece(
     bounds = (piece.key_range or (None, None))[:2]
     t = plan.target
     statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
+    how = "a server-side cursor"
     if source.postgres:
         try:
-            binary = _moves_binary(plan)
-            if binary:
-                moved = _copy_postgres_binary(conn, plan, bounds)
-            if not binary or moved is None:
+            moved = _copy_postgres_binary(conn, plan, bounds) if _moves_binary(plan) else None
+            how = "binary COPY TO STDOUT"
+            if moved is None:  # (not binary, or its rows refused: read again as text)
                 moved = _copy_postgres(conn, plan, bounds, statement)
+                how = "COPY TO STDOUT"
             loaded, read, sent = moved
         finally:
             _range_done(source.snapshot)
@@ -688,8 +689,7 @@ def copy_piece(
         sent / 1e6,
         source.name,
         _range_text(source, bounds),
-        ("binary " if source.postgres and _moves_binary(plan) else "")
-        + ("COPY TO STDOUT" if source.postgres else "a server-side cursor"),
+        how,
     )
     return loaded, sent
 

@@ -20,7 +20,7 @@ import functools
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,10 +33,6 @@ from airflow_pg_bulk.db.session import Sessions
 log = logging.getLogger(__name__)
 
 BUILDS_PER_WORKERS = 4  # one more build at once per this many parallel workers the server allows
-#: once stopped, the sessions' statements are cancelled again this often until their jobs end:
-#: the server drops a cancel that reaches a backend before it has begun the statement its
-#: client already sent (it reads it as a cancel of nothing), which let a stopped build run on
-CANCEL_AGAIN_SECONDS = 0.2
 
 
 @dataclass(frozen=True)
@@ -151,9 +147,9 @@ def run_jobs(
     ``AirflowTaskTimeout`` raised by the ``execution_timeout`` signal, a ``KeyboardInterrupt``)
     or a kill (:meth:`Sessions.stop`): every session is stopped (its running statement
     cancelled, no further statement or session), **no queued job starts**, and the running
-    ones end as soon as their statement is cancelled (cancelled again every
-    :data:`CANCEL_AGAIN_SECONDS` until they do); then the failure, or the calling thread's
-    exception, is raised. A job that failed is rolled back."""
+    ones end as soon as their statement is cancelled (a statement that raced the stop is
+    cancelled again: :func:`airflow_pg_bulk.db.driver.stop`); then the failure, or the
+    calling thread's exception, is raised. A job that failed is rolled back."""
     pending = list(jobs)
     lock = threading.Lock()
     failures: list[BaseException] = []
@@ -184,9 +180,6 @@ def run_jobs(
     pool = ThreadPoolExecutor(max_workers=max(1, at_once), thread_name_prefix="pg-bulk-build")
     try:
         futures = [pool.submit(worker) for _ in range(min(max(1, at_once), len(pending)))]
-        while not wait(futures, timeout=CANCEL_AGAIN_SECONDS).done >= set(futures):
-            if failures or sessions.stopped:
-                sessions.stop()  # a cancel that came before its statement began was lost
         for future in futures:
             future.result()
     except BaseException:  # this thread's: a timeout, an interrupt
