@@ -18,7 +18,7 @@ from airflow_pg_bulk.db.driver import close_cancelling, connect, stop
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
 from airflow_pg_bulk.loading import cleanup as cleaning
-from airflow_pg_bulk.loading import db_source, ledger
+from airflow_pg_bulk.loading import db_source, ledger, sources
 from airflow_pg_bulk.loading import preview as previewing
 from airflow_pg_bulk.loading.preview import Preview
 from airflow_pg_bulk.naming import split_name
@@ -348,7 +348,7 @@ def load(
         close_cancelling(main)
         control.finish()
         if plan is not None:  # (a range never read leaves its source's snapshot held)
-            db_source.release_snapshot(plan.database)
+            sources.for_plan(plan).release()
     ended_at = time.time()
     assert summary is not None  # finalize returned, or its error is on its way up
     return figures.with_phase(summary, "cleanup", cleanup_started, ended_at)

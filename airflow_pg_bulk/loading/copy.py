@@ -79,10 +79,11 @@ class PartitionCopy:
         self._statement: sql.Composable | None = None
         self._rule: records.MarkerRule | None = None
         self._rejects: rejects.PartitionRejects | None = None
-        source_format = sources.for_plan(plan)
+        source = sources.for_plan(plan)
+        source_format = source.format
         self._sends_bytes = source_format.sends_bytes
         if not self._sends_bytes:  # it makes its own statement
-            self._encode = sources.encoder(plan)
+            self._encode = source.encoder
         else:
             t = plan.target
             self._statement = sql.copy_from_stdin(

@@ -910,17 +910,16 @@ def _rejected_key(
 Schema = tuple[list[tuple[str, str, bool]], list[str]]
 
 
-def source_schema(request: LoadRequest) -> tuple[Schema, str]:
-    """``create_target``'s columns and key from the database source a request names, and the
-    source in words: a PostgreSQL source's exact types (``format_type`` of each result
-    column's type and modifier: numeric precision, arrays, json, timestamptz), an enum as
-    ``text`` (its type is not on the target); another database's ``source_table`` as
+def source_schema(source: DatabaseSource, table: str) -> tuple[Schema, str]:
+    """``create_target``'s columns and key from a database source, for the missing target
+    ``table``, and the source in words: a PostgreSQL source's exact types (``format_type`` of
+    each result column's type and modifier: numeric precision, arrays, json, timestamptz), an
+    enum as ``text`` (its type is not on the target); another database's ``source_table`` as
     SQLAlchemy reflects it (:func:`_alchemy_schema`); for ``source_table`` also its NOT NULL
     columns and primary key."""
-    source = DatabaseFormat.of_request(request).source
     if not source.postgres and source.table is None:
         raise LoadRefusedError(
-            f"target table {request.table} does not exist, and create_target takes the types "
+            f"target table {table} does not exist, and create_target takes the types "
             f"of a query's columns from a PostgreSQL source only (the source {source.name} is "
             "not PostgreSQL); nothing was changed. Give source_table (its declared types are "
             "mapped through SQLAlchemy), or create the table first"

@@ -230,6 +230,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         )
 
     def execute(self, context: Context) -> list[int]:
+        from airflow_pg_bulk.loading import sources
         from airflow_pg_bulk.plan import figures
 
         started_at = time.time()
@@ -238,8 +239,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         except (TypeError, ValueError) as exc:  # bad (rendered) options: a retry cannot help
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         load_id = load_id_from_context(context, self.task_id, context["ti"].map_index)
-        if request.from_database:
-            hold_source_database(request.source_conn_id)
+        hold_source_database(sources.for_request(request).connection_id)
         try:
             with _terminal_errors_fail():
                 plan = self.hook.prepare(
@@ -449,10 +449,11 @@ class PgBulkCopyOperator(_PgBulkOperator):
             return self.hook.read_pieces(plan, numbers, application_name=session)
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        from airflow_pg_bulk.loading import sources
+
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
-        if plan.database is not None:
-            hold_source_database(plan.database.name)
+        hold_source_database(sources.for_plan(plan).connection_id)
         name = session_name(context, plan.load_id)
         with self.hook.session(name):  # its pieces and its COPYs: one session, never two
             mine = self.partitions(plan, name)
