@@ -1,6 +1,6 @@
 """The source of a load chosen once, as an object (:class:`Source`): :class:`Files` in a format
 (:func:`airflow_pg_bulk.source.formats.for_copy`) or a query or table on another
-:class:`Database` (:class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`). It is chosen in
+:class:`Database` (:class:`airflow_pg_bulk.loading.database.format.DatabaseFormat`). It is chosen in
 one place from a request (:func:`for_request`: prepare, the preview, the operator's prepare
 task) and in one place from a plan (:func:`for_plan`: the COPY step, the operator's COPY task,
 the runner's cleanup); every step asks it what it needs (its COPY format, its piece encoder,
@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol
 
-from airflow_pg_bulk.loading import db_source, parquet_copy
+from airflow_pg_bulk.loading import parquet_copy
+from airflow_pg_bulk.loading.database import piece, schema, snapshots
+from airflow_pg_bulk.loading.database.format import DatabaseFormat
 from airflow_pg_bulk.plan import CopyOptions, LoadPlan, LoadRequest, Piece
 from airflow_pg_bulk.source import formats, parquet
 
@@ -24,7 +26,7 @@ PieceEncoder = Callable[[Any, LoadPlan, Piece, Any, int, int], tuple[int, int]]
 
 #: a source's schema as create_target takes it: ``(name, PostgreSQL type text, NOT NULL)`` per
 #: column, and the primary key's columns in key order (may be empty)
-Schema = db_source.Schema
+Schema = schema.Schema
 
 
 class Source(Protocol):
@@ -108,8 +110,8 @@ class Files:
 
 @dataclass(frozen=True)
 class Database:
-    """A query or a table on another database (:class:`.db_source.DatabaseFormat`), its rows
-    read by :func:`.db_source.copy_piece`.
+    """A query or a table on another database (:class:`.database.format.DatabaseFormat`),
+    its rows read by :func:`.database.piece.copy_piece`.
 
     :param connection_id: the Airflow connection a task holds before it reads the source
         (:attr:`Source.connection_id`).
@@ -117,17 +119,17 @@ class Database:
         looked up then, so a task may hold its connection first)."""
 
     connection_id: str | None
-    make_format: Callable[[], db_source.DatabaseFormat] = field(repr=False, compare=False)
+    make_format: Callable[[], DatabaseFormat] = field(repr=False, compare=False)
 
     @cached_property
-    def format(self) -> db_source.DatabaseFormat:
+    def format(self) -> DatabaseFormat:
         """The query or table, as prepare and the COPY step use it."""
         return self.make_format()
 
     @property
     def encoder(self) -> PieceEncoder:
-        """The source's rows read and COPYed by :func:`.db_source.copy_piece`."""
-        return db_source.copy_piece
+        """The source's rows read and COPYed by :func:`.database.piece.copy_piece`."""
+        return piece.copy_piece
 
     @property
     def shown(self) -> str:
@@ -135,8 +137,8 @@ class Database:
         return self.format.source.describe()
 
     def target_schema(self, request: LoadRequest) -> tuple[Schema, str]:
-        """The source's columns and key (:func:`.db_source.source_schema`)."""
-        return db_source.source_schema(self.format.source, request.table)
+        """The source's columns and key (:func:`.database.schema.source_schema`)."""
+        return schema.source_schema(self.format.source, request.table)
 
     def reads(self, files: int, total: int) -> str:
         """``reading the table public.readings on warehouse_src``."""
@@ -144,16 +146,14 @@ class Database:
 
     def release(self) -> None:
         """End the session holding its exported snapshot, if this process still holds it
-        (:func:`.db_source.release_snapshot`)."""
-        db_source.release_snapshot(self.format.source)
+        (:func:`.database.snapshots.release_snapshot`)."""
+        snapshots.release_snapshot(self.format.source)
 
 
 def for_request(request: LoadRequest) -> Source:
     """The source a request names, as prepare, the preview and the operator use it."""
     if request.from_database:
-        return Database(
-            request.source_conn_id, lambda: db_source.DatabaseFormat.of_request(request)
-        )
+        return Database(request.source_conn_id, lambda: DatabaseFormat.of_request(request))
     return Files(request.copy)
 
 
@@ -162,5 +162,5 @@ def for_plan(plan: LoadPlan) -> Source:
     Airflow a database source's name is its connection id: the operator refuses a URL)."""
     database = plan.database
     if database is not None:
-        return Database(database.name, lambda: db_source.DatabaseFormat(database))
+        return Database(database.name, lambda: DatabaseFormat(database))
     return Files(plan.copy)

@@ -270,30 +270,30 @@ class PgBulkPrepareOperator(_PgBulkOperator):
 
 def hold_source_database(conn_id: str | None) -> None:
     """Resolve a database source's Airflow connection in this task and hold its URL in this
-    process for the load (:func:`airflow_pg_bulk.loading.db_source.hold_connection`): only the
+    process for the load (:func:`airflow_pg_bulk.loading.database.urls.hold_connection`): only the
     connection id travels through XCom. Its hook's SQLAlchemy URL where it has one (a
     ``postgres`` connection's), else its ``get_uri()`` (``sqlite``, ...); a ``mysql``
     connection without the MySQL provider as a PyMySQL URL (:func:`_mysql_url`)."""
     from airflow.sdk import BaseHook
 
-    from airflow_pg_bulk.loading import db_source
+    from airflow_pg_bulk.loading.database import urls
 
     if not conn_id:
         return
     connection = BaseHook.get_connection(conn_id)
     if connection.conn_type == "postgres" and (connection.host or "").startswith("/"):
         # a Unix socket directory, not a host name (a sqlite connection's host is its file)
-        db_source.hold_connection(conn_id, _socket_url(connection))
+        urls.hold_connection(conn_id, _socket_url(connection))
         return
     if connection.conn_type in MYSQL_CONN_TYPES and not _has_hook(connection.conn_type):
-        db_source.hold_connection(conn_id, _mysql_url(connection))
+        urls.hold_connection(conn_id, _mysql_url(connection))
         return
     hook = connection.get_hook()
     try:
         url = hook.sqlalchemy_url.render_as_string(hide_password=False)
     except (AttributeError, NotImplementedError):
         url = hook.get_uri()
-    db_source.hold_connection(conn_id, url)
+    urls.hold_connection(conn_id, url)
 
 
 #: connection types read with PyMySQL (``airflow-pg-bulk[mysql]``) when the MySQL provider,
