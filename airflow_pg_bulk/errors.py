@@ -117,6 +117,11 @@ class IncompleteLoadError(PgBulkError):
     """Finalize found COPY streams missing from the ledger or lost from staging."""
 
 
+class SourceReadError(PgBulkError):
+    """The source database failed while a COPY stream read it (or gave other rows than COPY
+    loaded); nothing of the COPY stream was committed."""
+
+
 class TransientLoadError(PgBulkError):
     """A failure that a retry may not meet again (lock timeout, connection lost)."""
 

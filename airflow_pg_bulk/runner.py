@@ -18,8 +18,9 @@ from airflow_pg_bulk.db.driver import close_cancelling, connect, stop
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import BadDataError, TransientLoadError
 from airflow_pg_bulk.loading import cleanup as cleaning
-from airflow_pg_bulk.loading import db_source, ledger
+from airflow_pg_bulk.loading import ledger, sources
 from airflow_pg_bulk.loading import preview as previewing
+from airflow_pg_bulk.loading.database import snapshots
 from airflow_pg_bulk.loading.preview import Preview
 from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.option_types import LoadOptions
@@ -315,7 +316,7 @@ def load(
     summary: LoadSummary | None = None
     try:
         steps.start_session(main, naming.application_name(load_id, "prepare"))
-        with db_source.snapshots_released(unless_prepared=True):
+        with snapshots.snapshots_released(unless_prepared=True):
             plan = steps.prepare(main, request, load_id)
         plan = figures.stamp_prepare(plan, started_at, time.time())
         workers = jobs or min(len(plan.partitions), 4)
@@ -348,7 +349,7 @@ def load(
         close_cancelling(main)
         control.finish()
         if plan is not None:  # (a range never read leaves its source's snapshot held)
-            db_source.release_snapshot(plan.database)
+            sources.for_plan(plan).release()
     ended_at = time.time()
     assert summary is not None  # finalize returned, or its error is on its way up
     return figures.with_phase(summary, "cleanup", cleanup_started, ended_at)
@@ -386,7 +387,7 @@ def preview(
     session = connection_factory(conn, driver)()
     try:
         steps.start_session(session, "airflow-pg-bulk preview")
-        with db_source.snapshots_released(unless_prepared=False):
+        with snapshots.snapshots_released(unless_prepared=False):
             return previewing.preview(session, request)
     finally:
         close_cancelling(session)

@@ -24,8 +24,12 @@ from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import make_url
 
 from airflow_pg_bulk import cli
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, TransientLoadError
-from airflow_pg_bulk.loading.db_source import SourceReadError
+from airflow_pg_bulk.errors import (
+    BadDataError,
+    LoadRefusedError,
+    SourceReadError,
+    TransientLoadError,
+)
 from airflow_pg_bulk.runner import load
 from airflow_pg_bulk.sql import source as source_sql
 

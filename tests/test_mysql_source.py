@@ -18,8 +18,7 @@ from mariadb import database_on
 from psycopg import sql
 from servers import require
 
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
-from airflow_pg_bulk.loading.db_source import SourceReadError
+from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, SourceReadError
 from airflow_pg_bulk.runner import load
 
 require("pymysql", "the MariaDB source tests read through PyMySQL (airflow-pg-bulk[mysql])")

@@ -1,5 +1,5 @@
 """``COPY ... TO STDOUT`` on a PostgreSQL source connection, as chunks of bytes: what
-:mod:`airflow_pg_bulk.loading.db_source` hands to the target's ``COPY ... FROM STDIN``
+:mod:`airflow_pg_bulk.loading.database` hands to the target's ``COPY ... FROM STDIN``
 (:func:`airflow_pg_bulk.db.driver.copy_in`), so no value is parsed in Python.
 
 libpq hands COPY data over one row per call. psycopg 3 has no C loop for that (each row

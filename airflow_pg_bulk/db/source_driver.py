@@ -1,5 +1,5 @@
 """What a source database's DB-API driver is asked for when the COPY step reads rows from it
-(:mod:`airflow_pg_bulk.loading.db_source`): values as the server sent them where the server's
+(:mod:`airflow_pg_bulk.loading.database`): values as the server sent them where the server's
 text is already what PostgreSQL's COPY text reads.
 
 PyMySQL (pure Python) receives every value of MySQL's text protocol as text and then converts

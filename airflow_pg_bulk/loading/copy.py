@@ -4,7 +4,7 @@ The partition's ledger row is claimed first and committed with its rows
 (:mod:`airflow_pg_bulk.loading.ledger`). Each piece goes one of three ways, chosen per partition
 by :class:`PartitionCopy` from the source (:func:`airflow_pg_bulk.loading.sources.for_plan`):
 a Parquet piece through :func:`airflow_pg_bulk.loading.parquet_copy.copy_piece`, a database
-source through :func:`airflow_pg_bulk.loading.db_source.copy_piece`;
+source through :func:`airflow_pg_bulk.loading.database.piece.copy_piece`;
 with ``on_error="reject"``, through :func:`airflow_pg_bulk.loading.rejects.copy_rejecting`;
 otherwise one row-accounted COPY (:mod:`airflow_pg_bulk.loading.accounting`). A speculative piece
 found misaligned commits its partition empty, for finalize to load again
@@ -79,10 +79,11 @@ class PartitionCopy:
         self._statement: sql.Composable | None = None
         self._rule: records.MarkerRule | None = None
         self._rejects: rejects.PartitionRejects | None = None
-        source_format = sources.for_plan(plan)
+        source = sources.for_plan(plan)
+        source_format = source.format
         self._sends_bytes = source_format.sends_bytes
         if not self._sends_bytes:  # it makes its own statement
-            self._encode = sources.encoder(plan)
+            self._encode = source.encoder
         else:
             t = plan.target
             self._statement = sql.copy_from_stdin(

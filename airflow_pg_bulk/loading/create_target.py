@@ -1,6 +1,6 @@
 """``create_target``: a missing target table created from its source's schema, before prepare
 captures the target. The schema comes from the source the request names, chosen once by
-:func:`airflow_pg_bulk.loading.sources.source_schema`: a database source's columns (a
+:meth:`airflow_pg_bulk.loading.sources.Source.target_schema`: a database source's columns (a
 PostgreSQL source's exact types; another database's types mapped through SQLAlchemy) or a
 Parquet file's (its Arrow types mapped to PostgreSQL's). Each column's type and NOT NULL,
 and the primary key where the source has one; nothing else (no default, index or other
@@ -32,7 +32,7 @@ def create_target_if_missing(
     conn.rollback()
     if exists:
         return False
-    (columns, key), what = sources.source_schema(request)
+    (columns, key), what = sources.for_request(request).target_schema(request)
     types = [t for _, t, _ in columns]
     unknown = [t for t, known in driver.execute(conn, source_sql.known_types(types)) if not known]
     if unknown:

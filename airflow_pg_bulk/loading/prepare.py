@@ -52,7 +52,7 @@ def prepare(
         found = survey.survey(conn, request, schema, table)
         target, source_format, files, matched = (
             found.target,
-            found.source,
+            found.source.format,
             found.files,
             found.matched,
         )
@@ -109,7 +109,7 @@ def prepare(
         target.qualified,
         request.mode,
         ", rebuild" if plan.rebuilds else "",
-        _reads(plan, len(files), total),
+        found.source.reads(len(files), total),
         len(partitions),
         plan.staging_table,
         "logged" if plan.staging_logged else "unlogged",
@@ -117,11 +117,3 @@ def prepare(
         "; kept from an earlier attempt, with its committed COPY streams" if resumed else "",
     )
     return plan
-
-
-def _reads(plan: LoadPlan, files: int, total: int) -> str:
-    """What the load reads, for prepare's log line: the files and their size, or the
-    database source's query or table and where (its password masked)."""
-    if plan.database is not None:
-        return f"reading {plan.database.describe()}"
-    return f"{files} files, {total / 1e6:.1f} MB"

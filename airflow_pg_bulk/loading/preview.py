@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly
-from airflow_pg_bulk.loading import survey
+from airflow_pg_bulk.loading import sources, survey
 from airflow_pg_bulk.loading.copy import PartitionCopy
 from airflow_pg_bulk.plan import (
     LoadPlan,
@@ -156,14 +156,14 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
             strategy, why = rebuild.choose(conn, request, target, total)
         else:
             strategy, why = "swap", "a replace builds the new rows beside the target"
-        streams = found.source.cut(files, request.partition_count(total), found.matched)
+        streams = found.source.format.cut(files, request.partition_count(total), found.matched)
         estimates = execute(conn, row_estimates(target.oid))
         conn.rollback()
         receiving = _receiving(
             conn,
             request,
             target,
-            (found.source, files, found.matched),
+            (found.source.format, files, found.matched),
             found.columns,
             found.key,
         )
@@ -181,7 +181,7 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
         effect=_effect(request.mode, target.partitioning is not None),
         receiving=receiving,
-        database=None if found.matched.database is None else found.matched.database.describe(),
+        database=found.source.shown,
     )
 
 
@@ -258,5 +258,5 @@ def of_plan(conn: DatabaseConnection, plan: LoadPlan) -> Preview:
         ),
         tables=tuple(PreviewTable(f"{s}.{n}", None if r < 0 else int(r)) for s, n, r in estimates),
         effect=_effect(plan.mode, t.partitioning is not None),
-        database=plan.database.describe() if plan.database else None,
+        database=sources.for_plan(plan).shown,
     )

@@ -22,7 +22,7 @@ class Survey:
 
     :param target: the target's definition, as captured now.
     :param source: the source the request names (files in a format, or a database's query
-        or table), chosen once.
+        or table), chosen once (:func:`airflow_pg_bulk.loading.sources.for_request`).
     :param files: the files listed (none for a database source).
     :param matched: what the files told of their columns.
     :param columns: the target's columns the load fills, in the source's order.
@@ -30,7 +30,7 @@ class Survey:
     """
 
     target: TargetDefinition
-    source: formats.Format
+    source: sources.Source
     files: Sequence[SourceFile]
     matched: formats.Matched
     columns: tuple[str, ...]
@@ -52,10 +52,11 @@ def survey(conn: DatabaseConnection, request: LoadRequest, schema: str, table: s
     history.refuse_without_access(conn, schema)
     conn.rollback()
     source = sources.for_request(request)
-    source.refuse_unsupported(request)
-    files = source.list_files(request)
-    matched = source.match(files, planning.loadable_columns(target))
-    columns = source.columns(request, target, matched)
+    source_format = source.format
+    source_format.refuse_unsupported(request)
+    files = source_format.list_files(request)
+    matched = source_format.match(files, planning.loadable_columns(target))
+    columns = source_format.columns(request, target, matched)
     key = None
     if request.mode.keyed:
         indexes = upsert.unique_indexes(conn, target)

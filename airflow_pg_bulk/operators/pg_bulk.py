@@ -230,6 +230,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         )
 
     def execute(self, context: Context) -> list[int]:
+        from airflow_pg_bulk.loading import sources
         from airflow_pg_bulk.plan import figures
 
         started_at = time.time()
@@ -238,8 +239,7 @@ class PgBulkPrepareOperator(_PgBulkOperator):
         except (TypeError, ValueError) as exc:  # bad (rendered) options: a retry cannot help
             raise AirflowFailException(f"{self.task_id}: {exc}") from exc
         load_id = load_id_from_context(context, self.task_id, context["ti"].map_index)
-        if request.from_database:
-            hold_source_database(request.source_conn_id)
+        hold_source_database(sources.for_request(request).connection_id)
         try:
             with _terminal_errors_fail():
                 plan = self.hook.prepare(
@@ -270,30 +270,30 @@ class PgBulkPrepareOperator(_PgBulkOperator):
 
 def hold_source_database(conn_id: str | None) -> None:
     """Resolve a database source's Airflow connection in this task and hold its URL in this
-    process for the load (:func:`airflow_pg_bulk.loading.db_source.hold_connection`): only the
+    process for the load (:func:`airflow_pg_bulk.loading.database.urls.hold_connection`): only the
     connection id travels through XCom. Its hook's SQLAlchemy URL where it has one (a
     ``postgres`` connection's), else its ``get_uri()`` (``sqlite``, ...); a ``mysql``
     connection without the MySQL provider as a PyMySQL URL (:func:`_mysql_url`)."""
     from airflow.sdk import BaseHook
 
-    from airflow_pg_bulk.loading import db_source
+    from airflow_pg_bulk.loading.database import urls
 
     if not conn_id:
         return
     connection = BaseHook.get_connection(conn_id)
     if connection.conn_type == "postgres" and (connection.host or "").startswith("/"):
         # a Unix socket directory, not a host name (a sqlite connection's host is its file)
-        db_source.hold_connection(conn_id, _socket_url(connection))
+        urls.hold_connection(conn_id, _socket_url(connection))
         return
     if connection.conn_type in MYSQL_CONN_TYPES and not _has_hook(connection.conn_type):
-        db_source.hold_connection(conn_id, _mysql_url(connection))
+        urls.hold_connection(conn_id, _mysql_url(connection))
         return
     hook = connection.get_hook()
     try:
         url = hook.sqlalchemy_url.render_as_string(hide_password=False)
     except (AttributeError, NotImplementedError):
         url = hook.get_uri()
-    db_source.hold_connection(conn_id, url)
+    urls.hold_connection(conn_id, url)
 
 
 #: connection types read with PyMySQL (``airflow-pg-bulk[mysql]``) when the MySQL provider,
@@ -449,10 +449,11 @@ class PgBulkCopyOperator(_PgBulkOperator):
             return self.hook.read_pieces(plan, numbers, application_name=session)
 
     def execute(self, context: Context) -> dict[str, Any] | list[dict[str, Any]]:
+        from airflow_pg_bulk.loading import sources
+
         map_index = prepare_map_index_of(context, self.prepare_task_id, self.prepare_map_index)
         plan = plan_from_xcom(context, self.prepare_task_id, map_index)
-        if plan.database is not None:
-            hold_source_database(plan.database.name)
+        hold_source_database(sources.for_plan(plan).connection_id)
         name = session_name(context, plan.load_id)
         with self.hook.session(name):  # its pieces and its COPYs: one session, never two
             mine = self.partitions(plan, name)

@@ -153,7 +153,7 @@ class DatabaseSource(PlainData):
 
     :param name: an Airflow connection id, or the source URL with its password masked (the
         URL itself stays in the process it was given to: see
-        :mod:`airflow_pg_bulk.loading.db_source`).
+        :mod:`airflow_pg_bulk.loading.database.urls`).
     :param postgres: the source is PostgreSQL: ``COPY (query) TO STDOUT`` streams its bytes;
         otherwise rows are read through SQLAlchemy and encoded as COPY text.
     :param query: the SELECT whose rows are loaded (as the user wrote it, templates rendered).

@@ -1,5 +1,5 @@
 """Rows as PostgreSQL's COPY text format: what a database source that is not PostgreSQL sends
-to ``COPY ... FROM STDIN`` (:mod:`airflow_pg_bulk.loading.db_source`).
+to ``COPY ... FROM STDIN`` (:mod:`airflow_pg_bulk.loading.database`).
 
 Each value becomes the text PostgreSQL's input function reads for it; a NULL is ``\\N``; a
 backslash, tab, newline and carriage return inside a value are escaped (``\\\\``, ``\\t``,

@@ -11,7 +11,7 @@ by :func:`for_copy` from the COPY options, as one object with one interface.
 
 A new source format is one new class here and one new case in :func:`for_copy`. A database
 source is the same protocol one layer up (it runs queries): its class is
-:class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`, chosen by
+:class:`airflow_pg_bulk.loading.database.format.DatabaseFormat`, chosen by
 :mod:`airflow_pg_bulk.loading.sources`.
 """
 
@@ -43,7 +43,7 @@ class Matched:
     :param header_lengths: each file's header length in bytes (delimited files with a header).
     :param layout: each file's footer (Parquet).
     :param database: a database source with its columns (its format is
-        :class:`airflow_pg_bulk.loading.db_source.DatabaseFormat`).
+        :class:`airflow_pg_bulk.loading.database.format.DatabaseFormat`).
     :param key_bounds: a database source split by a column: its min, then the values that
         start each later range (its quantiles)."""
 

@@ -1,4 +1,4 @@
-"""Statements run on a database source (:mod:`airflow_pg_bulk.loading.db_source`): the user's
+"""Statements run on a database source (:mod:`airflow_pg_bulk.loading.database`): the user's
 query, or a whole table, read by ``COPY ... TO STDOUT`` (a PostgreSQL source) or through
 SQLAlchemy (any other database)."""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.loading import db_source
+from airflow_pg_bulk.loading.database import urls
 from airflow_pg_bulk.plan import DatabaseSource, Piece, request_from_options
 
 
@@ -35,12 +35,12 @@ def test_request_takes_one_database_source_and_refuses_file_options() -> None:
 
 def test_url_is_masked_and_its_backend_read() -> None:
     url = "postgresql+psycopg://loader:s3cret@db:5432/shop"
-    name = db_source.hold(url)
+    name = urls.hold(url)
     assert "s3cret" not in name and name.startswith("postgresql+psycopg://loader:")
-    assert db_source.is_postgres(url) and db_source.is_postgres("postgres://h/db")
-    assert not db_source.is_postgres("sqlite:///x.db")
+    assert urls.is_postgres(url) and urls.is_postgres("postgres://h/db")
+    assert not urls.is_postgres("sqlite:///x.db")
     with pytest.raises(LoadRefusedError, match="must be a URL"):
-        db_source.masked("host=db password=s3cret")
+        urls.masked("host=db password=s3cret")
 
 
 def test_database_source_and_key_range_round_trip() -> None:
@@ -66,8 +66,8 @@ def test_a_postgres_url_is_read_as_sqlalchemy_reads_it(url: str) -> None:
     """The PostgreSQL path reads its URL without SQLAlchemy, to the same masked name."""
     from sqlalchemy.engine import make_url
 
-    assert db_source.masked(url) == make_url(url).render_as_string(hide_password=True)
-    assert db_source.is_postgres(url)
+    assert urls.masked(url) == make_url(url).render_as_string(hide_password=True)
+    assert urls.is_postgres(url)
 
 
 def test_the_postgres_path_does_not_import_sqlalchemy() -> None:
@@ -78,9 +78,9 @@ def test_the_postgres_path_does_not_import_sqlalchemy() -> None:
 
     probe = (
         "import sys, airflow_pg_bulk.cli, airflow_pg_bulk.runner\n"
-        "from airflow_pg_bulk.loading import db_source\n"
-        "name = db_source.hold('postgresql+psycopg://u:s3cret@h/db')\n"
-        "assert db_source.is_postgres(name) and 's3cret' not in name\n"
+        "from airflow_pg_bulk.loading.database import urls\n"
+        "name = urls.hold('postgresql+psycopg://u:s3cret@h/db')\n"
+        "assert urls.is_postgres(name) and 's3cret' not in name\n"
         "print('sqlalchemy' in sys.modules)\n"
     )
     done = subprocess.run(
