@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_pg_bulk.plan.codes import PartitionStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 
@@ -151,9 +152,16 @@ class LeafPartition(PlainData):
 
 @dataclass(frozen=True)
 class Partitioning(PlainData):
-    """A partitioned target's key (``pg_get_partkeydef``: ``RANGE (day)``) and leaves, and
-    what the partition-wise finalize cannot carry over, in words."""
+    """A partitioned target's key (``pg_get_partkeydef``: ``RANGE (day)``), its strategy
+    (``pg_partitioned_table.partstrat``, what the load decides on; the key's text is only
+    rendered into SQL) and leaves, and what the partition-wise finalize cannot carry over,
+    in words."""
 
     key: str
-    leaves: tuple[LeafPartition, ...]
+    strategy: PartitionStrategy
+    leaves: tuple[LeafPartition, ...] = ()
     unsupported: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a plain str from to_dict / XCom
+        object.__setattr__(self, "strategy", PartitionStrategy(self.strategy))

@@ -200,8 +200,8 @@ def _stage_by_partition(conn: DatabaseConnection, plan: LoadPlan) -> None:
             )
         described = json.dumps([leaf_schema, name, kind, bound, constraint])
         statements.append(sql.comment_on("TABLE", sql.qualified(t.schema, table), described))
-    hashed = _parts(plan).key.upper().startswith("HASH")
-    if not hashed and all(bound != "DEFAULT" for _s, _n, _k, bound, _c in leaves):
+    has_default = any(bound == "DEFAULT" for _s, _n, _k, bound, _c in leaves)
+    if _parts(plan).strategy.takes_default and not has_default:
         statements.append(
             sql.create_partition_of(
                 t.schema,
@@ -305,7 +305,7 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
                 continue
             named = TargetDefinition(leaf_schema, name, 0, "", t.persistence, ())
             by_name[leaf_schema, name] = LeafPartition(bound, constraint, named, in_place=True)
-        captured = Partitioning(parts.key, ())
+        captured = dataclasses.replace(parts, leaves=(), unsupported=())
         if swapped:
             captured = catalog.capture_leaves(conn, t, swapped)
         by_name.update(
@@ -331,7 +331,7 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
             )
         if not alone:  # (staging became the partition's new table: nothing left to drop)
             execute(conn, sql.drop_table(t.schema, stage, if_exists=True))
-        routed = _with_leaves(plan, Partitioning(parts.key, tuple(leaves), captured.unsupported))
+        routed = _with_leaves(plan, tuple(leaves), captured.unsupported)
         conn.commit()
     log.info(
         "Load %s: its rows go to %d table partitions of %s (%s)",
@@ -534,10 +534,13 @@ def _routed_before(conn: DatabaseConnection, plan: LoadPlan) -> LoadPlan:
             "by an earlier attempt, but some of their tables are gone; run the whole load again"
         )
     problems = catalog.leaf_problems(t, leaves)
-    return _with_leaves(plan, Partitioning(_parts(plan).key, leaves, problems))
+    return _with_leaves(plan, leaves, problems)
 
 
-def _with_leaves(plan: LoadPlan, parts: Partitioning) -> LoadPlan:
+def _with_leaves(
+    plan: LoadPlan, leaves: tuple[LeafPartition, ...], unsupported: tuple[str, ...]
+) -> LoadPlan:
+    parts = dataclasses.replace(_parts(plan), leaves=leaves, unsupported=unsupported)
     return dataclasses.replace(
         plan,
         target=dataclasses.replace(plan.target, partitioning=parts),
@@ -548,7 +551,7 @@ def _with_leaves(plan: LoadPlan, parts: Partitioning) -> LoadPlan:
 def _parent_fingerprint(plan: LoadPlan) -> dict[str, Any]:
     """What prepare captured of the parent (its partitions left out)."""
     t = plan.target
-    bare = Partitioning(_parts(plan).key, ())
+    bare = dataclasses.replace(_parts(plan), leaves=(), unsupported=())
     return dataclasses.replace(t, partitioning=bare).fingerprint()
 
 

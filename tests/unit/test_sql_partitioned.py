@@ -14,6 +14,7 @@ from airflow_pg_bulk.plan import (
     Partitioning,
     TargetDefinition,
 )
+from airflow_pg_bulk.plan.codes import PartitionStrategy
 
 
 def text(statement: sql.Composable) -> str:
@@ -79,7 +80,9 @@ def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
     )  # fmt: skip
     target = TargetDefinition(
         "s", "t", 1, "o", "p", (Column("id", "integer", True),),
-        partitioning=Partitioning("RANGE (id)", (LeafPartition("DEFAULT", None, leaf),)),
+        partitioning=Partitioning(
+            "RANGE (id)", PartitionStrategy.RANGE, (LeafPartition("DEFAULT", None, leaf),)
+        ),
     )  # fmt: skip
     plan = LoadPlan(
         "0123456789ab", "replace_partitions", target, naming.staging_table("0123456789ab"),
@@ -91,4 +94,18 @@ def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
         f"{naming.temp_constraint(leaf_id, 0)} on {naming.temp_index(leaf_id, 0)}"
     )
     assert naming.original_names(plan, raw) == "t_p0 of t: t_p0_pkey on t_p0_pkey"
-    assert LoadPlan.from_dict(plan.to_dict()) == plan  # the plan travels through XCom
+    again = LoadPlan.from_dict(plan.to_dict())  # the plan travels through XCom
+    assert again == plan
+    assert again.target.partitioning is not None
+    assert again.target.partitioning.strategy is PartitionStrategy.RANGE  # a value, not a str
+
+
+def test_the_partition_key_is_read_with_its_strategy() -> None:
+    assert text(sql.partition_key(42)) == (
+        "SELECT pg_get_partkeydef(partrelid), partstrat::text FROM pg_partitioned_table"
+        " WHERE partrelid = 42"
+    )
+    assert [s.takes_default for s in PartitionStrategy] == [True, True, False]
+    assert Partitioning.from_dict({"key": "HASH (id)", "strategy": "h"}).strategy is (
+        PartitionStrategy.HASH
+    )
