@@ -564,18 +564,25 @@ def make_visible(
 ) -> None:
     """The partition-wise finalize of a routed load (``plan`` as :func:`route` returned it):
     with ``sessions``, the partitions to swap built side by side first
-    (:func:`build_in_parallel`); then :func:`finalize_partitioned`."""
+    (:func:`build_in_parallel`); then :func:`finalize_partitioned`. The server's parallel
+    limits are read once, for every partition's build."""
+    limits = parallel_builds.read_limits(conn)
+    conn.commit()
     if sessions is not None and built_beside(plan) > 1:
         with clock.phase("build_partitions"):
-            build_in_parallel(sessions, plan, side_by_side(plan))
-    finalize_partitioned(conn, plan, clock, totals)
+            build_in_parallel(sessions, plan, side_by_side(plan), limits)
+    finalize_partitioned(conn, plan, clock, totals, limits)
 
 
 def finalize_partitioned(
-    conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, totals: LedgerTotals
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    clock: PhaseClock,
+    totals: LedgerTotals,
+    limits: parallel_builds.ParallelLimits,
 ) -> None:
     """The partition-wise finalize (see the module's docstring); ``plan`` as :func:`route`
-    returned it."""
+    returned it; ``limits``: the server's, as finalize read them."""
     t = plan.target
     rows = totals.rows
     parts = _parts(plan)
@@ -604,7 +611,7 @@ def finalize_partitioned(
         replaced = _replaced_parts(plan, loaded)
         history.refuse_overwriting_newer(conn, plan, replaced)
         conn.commit()
-    built = {n: _build_leaf(conn, plan, n, clock) for n in swapped}
+    built = {n: _build_leaf(conn, plan, n, clock, limits) for n in swapped}
     inserted: dict[int, int] = {}  # partition: rows inserted in place
     with clock.phase("swap"):
         history.open_visible(conn, plan)
@@ -758,13 +765,15 @@ def side_by_side(plan: LoadPlan) -> int:
     return max(2, min(len(plan.partitions), MAX_SIDE_BY_SIDE))
 
 
-def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
+def build_in_parallel(
+    sessions: Sessions, plan: LoadPlan, jobs: int, limits: parallel_builds.ParallelLimits
+) -> float:
     """At the start of finalize (in one process and under Airflow alike, on finalize's extra
     sessions): build the partitions finalize will swap in (indexes, constraints, ANALYZE), up
     to ``jobs`` at once, each thread on a session of its own (``sessions``); finalize then finds
     them built and analyzed, and swaps them in (each build step is committed and skipped
     when found done). Nothing here touches the target.
-    ``plan`` as :func:`route` returned it.
+    ``plan`` as :func:`route` returned it; ``limits``: the server's, as finalize read them.
 
     A kill or timeout (:func:`airflow_pg_bulk.target.parallel_builds.run_jobs`) cancels the
     running builds and starts none of those still queued.
@@ -787,7 +796,7 @@ def build_in_parallel(sessions: Sessions, plan: LoadPlan, jobs: int) -> float:
     # skips both: build.build_on_staging)
     def build(number: int, conn: DatabaseConnection) -> None:
         try:
-            _build_leaf(conn, plan, number, PhaseClock(), alongside=workers)
+            _build_leaf(conn, plan, number, PhaseClock(), limits, alongside=workers)
         except BaseException:
             rollback_quietly(conn)
             raise  # finalize translates it (and finds the row of a broken constraint)
@@ -887,7 +896,12 @@ def _to_swap(conn: DatabaseConnection, plan: LoadPlan, loaded: list[int]) -> lis
 
 
 def _build_leaf(
-    conn: DatabaseConnection, plan: LoadPlan, number: int, clock: PhaseClock, alongside: int = 1
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    number: int,
+    clock: PhaseClock,
+    limits: parallel_builds.ParallelLimits,
+    alongside: int = 1,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """Build on a partition's new table what the partition has, then ANALYZE it; each step
     commits and a retry skips what is done. Returns the temporary index and constraint names.
@@ -902,7 +916,9 @@ def _build_leaf(
         with clock.phase("set_logged"):
             execute(conn, sql.set_logged(t.schema, stage))
             conn.commit()
-    return build.build_on_staging(conn, built_plan, clock, state, alongside=alongside)
+    return build.build_on_staging(
+        conn, built_plan, clock, state, alongside=alongside, limits=limits
+    )
 
 
 def _swap_leaf(
