@@ -120,6 +120,12 @@ class TargetDefinition(PlainData):
         """``schema.table`` for messages (not for SQL)."""
         return f"{self.schema}.{self.table}"
 
+    def required_partitioning(self) -> Partitioning:
+        """Its partitioning, for the partition-wise steps; ValueError for a plain table."""
+        if self.partitioning is None:
+            raise ValueError(f"{self.qualified} is not partitioned")
+        return self.partitioning
+
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between prepare and the swap (the oid excluded)."""
         data = self.to_dict()
@@ -148,6 +154,11 @@ class LeafPartition(PlainData):
     constraint: str | None
     definition: TargetDefinition
     in_place: bool = False
+
+    @property
+    def schema_and_name(self) -> tuple[str, str]:
+        """The partition's (schema, table name), as statements take them."""
+        return self.definition.schema, self.definition.table
 
 
 @dataclass(frozen=True)
