@@ -110,7 +110,7 @@ def no_helper_sessions(db: Database, plan: LoadPlan) -> bool:
 
 def builds_at_once(db: Database) -> int:
     with psycopg.connect(db.dsn) as conn:
-        sizing = parallel_builds.server_sizing(conn, 4, None)
+        sizing = parallel_builds.read_limits(conn).sizing(4, None)
     return sizing.builds
 
 

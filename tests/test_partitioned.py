@@ -8,6 +8,7 @@ multi-level target is refused."""
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,8 +26,9 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
 )
-from airflow_pg_bulk.plan import LoadRequest
-from airflow_pg_bulk.target import partitioned
+from airflow_pg_bulk.plan import LoadRequest, Partitioning
+from airflow_pg_bulk.plan.codes import PartitionStrategy
+from airflow_pg_bulk.target import catalog, partitioned
 
 COLUMNS = ["id", "day", "region", "site", "value", "note"]
 KINDS = {
@@ -438,6 +440,30 @@ def test_a_copy_retried_after_its_commit_loads_nothing_twice(db, pg_dsn, tmp_pat
     conn.close()
     assert db.checksum("readings", ", ".join(COLUMNS)) == expected
     assert leftovers(db) == []
+
+
+@pytest.mark.parametrize(
+    ("kind", "strategy"),
+    [
+        ("range", PartitionStrategy.RANGE),
+        ("list", PartitionStrategy.LIST),
+        ("hash", PartitionStrategy.HASH),
+    ],
+)
+def test_the_partitioning_strategy_is_captured_as_a_value(db, pg_dsn, kind, strategy):
+    """prepare captures the target's strategy (``partstrat``) beside its key's text, and the
+    plan carries it through plain data (XCom) as the same value."""
+    make_target(db, "readings", kind, with_keys=False)
+    conn = connect_driver(pg_dsn)
+    try:
+        parts = catalog.capture(conn, db.schema, "readings").partitioning
+    finally:
+        conn.close()
+    assert parts is not None
+    assert (parts.key, parts.strategy) == (KINDS[kind][0], strategy)
+    assert parts.strategy.takes_default is (strategy is not PartitionStrategy.HASH)
+    again = Partitioning.from_dict(json.loads(json.dumps(parts.to_dict())))
+    assert again == parts and again.strategy is strategy
 
 
 def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):

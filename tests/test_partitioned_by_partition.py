@@ -33,6 +33,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     planning,
 )
+from airflow_pg_bulk.plan.codes import PartitionStrategy
 from airflow_pg_bulk.target import partitioned
 
 LAID_OUT = "partitioned like the target"
@@ -241,7 +242,7 @@ PARENT = TargetDefinition(
     "o",
     "p",
     (Column("day", "date", True),),
-    partitioning=Partitioning("RANGE (day)", ()),
+    partitioning=Partitioning("RANGE (day)", PartitionStrategy.RANGE),
 )
 
 

@@ -29,6 +29,21 @@ class RelKind(enum.StrEnum):
     FOREIGN_TABLE = "f"
 
 
+class PartitionStrategy(enum.StrEnum):
+    """``pg_partitioned_table.partstrat`` of a partitioned target
+    (:attr:`Partitioning.strategy`)."""
+
+    RANGE = "r"
+    LIST = "l"
+    HASH = "h"
+
+    @property
+    def takes_default(self) -> bool:
+        """A DEFAULT partition can take the rows no other partition takes (not for HASH:
+        there every row has a partition when the remainders are all there)."""
+        return self is not PartitionStrategy.HASH
+
+
 class ConstraintKind(enum.StrEnum):
     """``pg_constraint.contype`` (:attr:`ConstraintDef.kind`)."""
 

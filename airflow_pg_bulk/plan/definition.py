@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from airflow_pg_bulk.plan.codes import PartitionStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 
@@ -119,6 +120,12 @@ class TargetDefinition(PlainData):
         """``schema.table`` for messages (not for SQL)."""
         return f"{self.schema}.{self.table}"
 
+    def required_partitioning(self) -> Partitioning:
+        """Its partitioning, for the partition-wise steps; ValueError for a plain table."""
+        if self.partitioning is None:
+            raise ValueError(f"{self.qualified} is not partitioned")
+        return self.partitioning
+
     def fingerprint(self) -> dict[str, Any]:
         """What must not change between prepare and the swap (the oid excluded)."""
         data = self.to_dict()
@@ -148,12 +155,24 @@ class LeafPartition(PlainData):
     definition: TargetDefinition
     in_place: bool = False
 
+    @property
+    def schema_and_name(self) -> tuple[str, str]:
+        """The partition's (schema, table name), as statements take them."""
+        return self.definition.schema, self.definition.table
+
 
 @dataclass(frozen=True)
 class Partitioning(PlainData):
-    """A partitioned target's key (``pg_get_partkeydef``: ``RANGE (day)``) and leaves, and
-    what the partition-wise finalize cannot carry over, in words."""
+    """A partitioned target's key (``pg_get_partkeydef``: ``RANGE (day)``), its strategy
+    (``pg_partitioned_table.partstrat``, what the load decides on; the key's text is only
+    rendered into SQL) and leaves, and what the partition-wise finalize cannot carry over,
+    in words."""
 
     key: str
-    leaves: tuple[LeafPartition, ...]
+    strategy: PartitionStrategy
+    leaves: tuple[LeafPartition, ...] = ()
     unsupported: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # a plain str from to_dict / XCom
+        object.__setattr__(self, "strategy", PartitionStrategy(self.strategy))

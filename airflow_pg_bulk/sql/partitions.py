@@ -14,8 +14,12 @@ from airflow_pg_bulk.sql.upsert import SOURCE_ORDER
 
 
 def partition_key(oid: int) -> Composed:
-    """A partitioned table's key as the server renders it (``RANGE (day)``)."""
-    return SQL("SELECT pg_get_partkeydef({})").format(Literal(oid))
+    """A partitioned table's key as the server renders it (``RANGE (day)``) and its
+    strategy, ``pg_partitioned_table.partstrat`` (``r``, ``l``, ``h``)."""
+    return SQL(
+        "SELECT pg_get_partkeydef(partrelid), partstrat::text FROM pg_partitioned_table"
+        " WHERE partrelid = {}"
+    ).format(Literal(oid))
 
 
 def leaf_partitions(oid: int, names: Sequence[tuple[str, str]] | None = None) -> Composed:

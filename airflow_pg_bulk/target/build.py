@@ -28,6 +28,7 @@ def build_on_staging(
     commit: Callable[[], None] | None = None,
     sessions: Sessions | None = None,
     alongside: int = 1,
+    limits: parallel_builds.ParallelLimits | None = None,
 ) -> tuple[dict[str, str], dict[str, str]]:
     """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
     skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
@@ -41,7 +42,8 @@ def build_on_staging(
     several are built at once on sessions of their own (:func:`parallel_builds.run_at_once`),
     each committed there. ``alongside``: how many tables are built at once, this one included
     (the partitions of a partitioned target built side by side), which share the server's
-    parallel workers.
+    parallel workers. ``limits``: the server's settings as finalize read them (None: read
+    here, on ``conn``).
 
     ANALYZE is skipped when the table has statistics already (:func:`sql.has_statistics`: an
     earlier attempt, or a side-by-side build, analyzed it; its rows do not change after
@@ -66,9 +68,9 @@ def build_on_staging(
                 sql.create_index(t.schema, stage, name, unique=index.unique, tail=index.tail)
             )
         at_once = len(builds) if sessions is not None else 1
-        sizing = parallel_builds.server_sizing(
-            conn, at_once, plan.settings.index_workers, alongside
-        )
+        if limits is None:
+            limits = parallel_builds.read_limits(conn)
+        sizing = limits.sizing(at_once, plan.settings.index_workers, alongside)
         workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
         execute(conn, workers)
         commit()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -193,7 +194,7 @@ def rows_of_each(conn: DatabaseConnection, queries: list[sql.Composable]) -> lis
 
 
 def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -> Partitioning:
-    """The key of a partitioned target (from its rows of ``sql.partition_key``); its leaves
+    """The key and strategy of a partitioned target (its row of ``sql.partition_key``); its leaves
     are not captured here (a load captures the partitions its rows go to, when it knows
     them: :func:`capture_leaves`), but a sub-partitioned (multi-level) target and a
     foreign-table partition (``odd``: the rows of ``sql.unsupported_partition``, one
@@ -210,7 +211,8 @@ def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -
             f"table partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
             "(a foreign table?); only plain tables are supported as table partitions"
         )
-    return Partitioning(key[0][0] if key else None, ())
+    (text, strategy), *_ = key
+    return Partitioning(text, strategy)
 
 
 def capture_leaves(
@@ -235,7 +237,9 @@ def capture_leaves(
         leaf = capture(conn, leaf_schema, name, as_partition=True)
         leaves.append(LeafPartition(bound, constraint, leaf))
     execute(conn, sql.pin_search_path())  # (capture of each leaf pinned it too)
-    return Partitioning(parts.key, tuple(leaves), leaf_problems(target, leaves))
+    return dataclasses.replace(
+        parts, leaves=tuple(leaves), unsupported=leaf_problems(target, leaves)
+    )
 
 
 def leaf_problems(target: TargetDefinition, leaves: Sequence[LeafPartition]) -> tuple[str, ...]:

@@ -8,8 +8,9 @@ overlaps them: ``ALTER TABLE ... ADD CONSTRAINT`` (SHARE ROW EXCLUSIVE / ACCESS 
 ``VALIDATE CONSTRAINT`` and ``ANALYZE`` (SHARE UPDATE EXCLUSIVE) conflict with SHARE on the same
 table, and with each other. See docs/design.md, "finalize on several cores".
 
-The sizing rule (:func:`size_builds`) reads the server's ``max_worker_processes``,
-``max_parallel_workers`` and ``max_parallel_maintenance_workers``; the extra sessions come from a
+The sizing rule (:func:`size_builds`, its pool rule :func:`builds_at_once`) reads the server's
+``max_worker_processes``, ``max_parallel_workers`` and ``max_parallel_maintenance_workers``
+(:class:`ParallelLimits`, read once per finalize); the extra sessions come from a
 :class:`airflow_pg_bulk.db.session.Sessions`, which the hook stops on a kill together with the
 step's own connection.
 """
@@ -33,6 +34,16 @@ from airflow_pg_bulk.db.session import Sessions
 log = logging.getLogger(__name__)
 
 BUILDS_PER_WORKERS = 4  # one more build at once per this many parallel workers the server allows
+
+
+def builds_at_once(pool: int, alongside: int = 1) -> int:
+    """The pool rule (pure): how many sessions may work at once on one table, of ``alongside``
+    tables worked on at once, out of a parallel worker ``pool``
+    (``min(max_worker_processes, max_parallel_workers)``): one per
+    :data:`BUILDS_PER_WORKERS` workers of the pool, shared by the tables, at least 1. The
+    index builds of a table (:func:`size_builds`) and the sessions that fill an upsert's
+    rebuilt table (:func:`airflow_pg_bulk.target.rebuild.split_sessions`) follow it."""
+    return max(1, max(0, pool) // (BUILDS_PER_WORKERS * max(1, alongside)))
 
 
 @dataclass(frozen=True)
@@ -83,7 +94,7 @@ def size_builds(
     """
     pool = max(0, min(max_worker_processes, max_parallel_workers))
     alongside = max(1, alongside)
-    builds = max(1, min(indexes, pool // (BUILDS_PER_WORKERS * alongside)))
+    builds = max(1, min(indexes, builds_at_once(pool, alongside)))
     sessions = builds * alongside
     share = max(0, pool // sessions - 1)
     if index_workers is None:
@@ -107,13 +118,38 @@ def size_builds(
     return BuildSizing(builds=builds, workers=workers, why=why)
 
 
-def server_sizing(
-    conn: DatabaseConnection, indexes: int, index_workers: int | None, alongside: int = 1
-) -> BuildSizing:
-    """:func:`size_builds` with the server's settings, read on ``conn`` (in its transaction:
-    a rebuild keeps everything in one)."""
+@dataclass(frozen=True)
+class ParallelLimits:
+    """The server's settings that the sizing rules read (:func:`sql.parallel_limits`), read
+    once per finalize (:func:`read_limits`) and passed down to what sizes its work."""
+
+    max_worker_processes: int
+    max_parallel_workers: int
+    max_parallel_maintenance_workers: int
+
+    @property
+    def pool(self) -> int:
+        """What all parallel work of the server may use at once:
+        ``min(max_worker_processes, max_parallel_workers)``."""
+        return max(0, min(self.max_worker_processes, self.max_parallel_workers))
+
+    def sizing(self, indexes: int, index_workers: int | None, alongside: int = 1) -> BuildSizing:
+        """:func:`size_builds` with these settings."""
+        return size_builds(
+            indexes,
+            self.max_worker_processes,
+            self.max_parallel_workers,
+            self.max_parallel_maintenance_workers,
+            index_workers,
+            alongside,
+        )
+
+
+def read_limits(conn: DatabaseConnection) -> ParallelLimits:
+    """The server's :class:`ParallelLimits`, read on ``conn`` (in its transaction: a rebuild
+    keeps everything in one)."""
     processes, parallel, maintenance = execute(conn, sql.parallel_limits())[0]
-    return size_builds(indexes, processes, parallel, maintenance, index_workers, alongside)
+    return ParallelLimits(processes, parallel, maintenance)
 
 
 def run_at_once(

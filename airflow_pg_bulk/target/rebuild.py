@@ -153,7 +153,8 @@ def make_visible(
     t = plan.target
     rows = totals.rows
     execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
-    at_once = _split_sessions(conn, plan, sessions)
+    limits = parallel_builds.read_limits(conn)  # once: the split and the index builds
+    at_once = _split_sessions(conn, plan, sessions, limits)
     if plan.mode.keyed:  # an earlier attempt's, committed by a split copy
         execute(conn, sql.drop_table(t.schema, naming.rebuilt_table(plan.load_id), if_exists=True))
         if at_once > 1:  # the other sessions fill it: it must be theirs to see
@@ -172,7 +173,7 @@ def make_visible(
     # under the lock the swap keeps
     built = dataclasses.replace(plan, staging_table=new, run=None)
     index_names, constraint_names = build.build_on_staging(
-        conn, built, clock, {}, commit=lambda: None
+        conn, built, clock, {}, commit=lambda: None, limits=limits
     )
     with clock.phase("swap"):
         swap.swap_in(conn, built, index_names, constraint_names)
@@ -234,28 +235,32 @@ def split_sessions(pool: int, free_connections: int, table_bytes: int, min_bytes
     """How many sessions fill the new table of an upsert rebuild at once (pure); 1: the one
     serial statement on finalize's own session.
 
-    As many as index builds at once (:data:`parallel_builds.BUILDS_PER_WORKERS`: one per 4
-    of the server's parallel worker pool, ``min(max_worker_processes, max_parallel_workers)``,
+    As many as index builds at once (:func:`parallel_builds.builds_at_once`: one per 4 of
+    the server's parallel worker pool, ``min(max_worker_processes, max_parallel_workers)``,
     the only statement of its cores SQL can read), leaving one of the server's
     ``free_connections`` spare; 1 below ``min_bytes`` of target and staging together (the
     sessions' start and the sampled bounds cost more than they save; measured in
     benchmarks/RESULTS-incremental.md, "copy_over on several sessions")."""
     if table_bytes < min_bytes:
         return 1
-    wanted = max(1, pool // parallel_builds.BUILDS_PER_WORKERS)
+    wanted = parallel_builds.builds_at_once(pool)
     return max(1, min(wanted, free_connections - 1))
 
 
-def _split_sessions(conn: DatabaseConnection, plan: LoadPlan, sessions: Sessions | None) -> int:
-    """:func:`split_sessions` with the server's settings and the tables' sizes."""
+def _split_sessions(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    sessions: Sessions | None,
+    limits: parallel_builds.ParallelLimits,
+) -> int:
+    """:func:`split_sessions` with the server's settings (``limits``) and the tables' sizes."""
     if sessions is None or not plan.mode.keyed:
         return 1
     t = plan.target
     target_bytes = execute(conn, sql.target_size(t.oid))[0][0]
     staging_bytes = scalar(conn, sql.relation_size(t.schema, plan.staging_table))
-    processes, parallel, _maintenance = execute(conn, sql.parallel_limits())[0]
     return split_sessions(
-        min(processes, parallel),
+        limits.pool,
         scalar(conn, sql.free_connections()),
         target_bytes + staging_bytes,
         SPLIT_MIN_BYTES,

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from airflow_pg_bulk.target import parallel_builds
-from airflow_pg_bulk.target.parallel_builds import BuildSizing, size_builds
+from airflow_pg_bulk.target import parallel_builds, rebuild
+from airflow_pg_bulk.target.parallel_builds import (
+    BuildSizing,
+    ParallelLimits,
+    builds_at_once,
+    size_builds,
+)
 
 
 def test_each_build_gets_the_servers_max_parallel_maintenance_workers():
@@ -58,3 +63,15 @@ def test_the_reason_names_the_setting_and_the_cut():
     cut = size_builds(1, 8, 8, 2, index_workers=6, alongside=2)
     assert "index_workers 6" in cut.why and "cut to 3" in cut.why
     assert parallel_builds.BuildSizing(1, 2, why="a") == parallel_builds.BuildSizing(1, 2, why="b")
+
+
+def test_one_pool_rule_sizes_the_index_builds_and_the_split_rebuild():
+    """The index builds at once and the sessions of an upsert rebuild's split copy follow one
+    rule: one per 4 of the pool, shared by the tables built at once, at least 1."""
+    assert [builds_at_once(pool) for pool in (0, 3, 4, 8, 16, 17)] == [1, 1, 1, 2, 4, 4]
+    assert builds_at_once(16, alongside=2) == 2 and builds_at_once(16, alongside=8) == 1
+    for pool in range(40):
+        assert size_builds(99, pool, pool, 2).builds == builds_at_once(pool)
+        assert rebuild.split_sessions(pool, 1000, 1, 0) == builds_at_once(pool)
+        limits = ParallelLimits(pool, pool + 1, 2)
+        assert limits.pool == pool and limits.sizing(99, None) == size_builds(99, pool, pool, 2)

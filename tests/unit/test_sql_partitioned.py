@@ -3,6 +3,8 @@ the server-rendered key, bounds and partition constraints taken as they are."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.plan import (
     Column,
@@ -12,8 +14,11 @@ from airflow_pg_bulk.plan import (
     LeafPartition,
     LoadPlan,
     Partitioning,
+    StagingLayout,
     TargetDefinition,
 )
+from airflow_pg_bulk.plan.codes import PartitionStrategy
+from airflow_pg_bulk.target import partition_staging
 
 
 def text(statement: sql.Composable) -> str:
@@ -79,7 +84,9 @@ def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
     )  # fmt: skip
     target = TargetDefinition(
         "s", "t", 1, "o", "p", (Column("id", "integer", True),),
-        partitioning=Partitioning("RANGE (id)", (LeafPartition("DEFAULT", None, leaf),)),
+        partitioning=Partitioning(
+            "RANGE (id)", PartitionStrategy.RANGE, (LeafPartition("DEFAULT", None, leaf),)
+        ),
     )  # fmt: skip
     plan = LoadPlan(
         "0123456789ab", "replace_partitions", target, naming.staging_table("0123456789ab"),
@@ -91,4 +98,37 @@ def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
         f"{naming.temp_constraint(leaf_id, 0)} on {naming.temp_index(leaf_id, 0)}"
     )
     assert naming.original_names(plan, raw) == "t_p0 of t: t_p0_pkey on t_p0_pkey"
-    assert LoadPlan.from_dict(plan.to_dict()) == plan  # the plan travels through XCom
+    again = LoadPlan.from_dict(plan.to_dict())  # the plan travels through XCom
+    assert again == plan
+    assert again.target.partitioning is not None
+    assert again.target.partitioning.strategy is PartitionStrategy.RANGE  # a value, not a str
+
+
+def test_the_partition_key_is_read_with_its_strategy() -> None:
+    assert text(sql.partition_key(42)) == (
+        "SELECT pg_get_partkeydef(partrelid), partstrat::text FROM pg_partitioned_table"
+        " WHERE partrelid = 42"
+    )
+    assert [s.takes_default for s in PartitionStrategy] == [True, True, False]
+    assert Partitioning.from_dict({"key": "HASH (id)", "strategy": "h"}).strategy is (
+        PartitionStrategy.HASH
+    )
+
+
+def test_the_staging_layout_is_one_object_chosen_from_the_plan() -> None:
+    """The plan's StagingLayout picks the layout once: its staging's partition key, prepare's
+    staging and the route's move of the rows all come from that one object."""
+    target = TargetDefinition(
+        "s", "t", 1, "o", "p", (Column("id", "integer", True),),
+        partitioning=Partitioning("LIST (id)", PartitionStrategy.LIST),
+    )  # fmt: skip
+    plain = LoadPlan(
+        "0123456789ab", "replace_partitions", target, naming.staging_table("0123456789ab"),
+        naming.ledger_table("0123456789ab"), True, ("id",), CopyOptions(), (),
+    )  # fmt: skip
+    by_partition = dataclasses.replace(plain, staging_layout=StagingLayout(True, "few leaves"))
+    assert partition_staging.layout_of(plain) is partition_staging.ONE_STAGING_TABLE
+    assert partition_staging.layout_of(plain).partition_key(plain) is None
+    layout = partition_staging.layout_of(LoadPlan.from_dict(by_partition.to_dict()))
+    assert layout is partition_staging.STAGING_BY_PARTITION
+    assert layout.partition_key(by_partition) == "LIST (id)"
