@@ -24,8 +24,11 @@ the same rows. Each method loads it into a target on the server at ``--conn``:
   (it reads all rows into memory, then inserts them row by row), into a table with PK + FK;
 - ``project_subset``: this project on the same subset (``--query ... WHERE id <= subset``);
 - ``sqlite_project`` (all rows), ``sqlite_project_subset``, ``sqlite_generic_transfer``
-  (subset): the same from the SQLite file (``sqlite:///`` URL through SQLAlchemy; Airflow's
-  sqlite connection needs apache-airflow-providers-sqlite importable).
+  (subset): the same from the SQLite file (``sqlite:///`` URL; Airflow's sqlite connection
+  needs apache-airflow-providers-sqlite importable). Its ``readings`` is a STRICT table, so
+  ``sqlite_project`` reads it by ADBC's driver as Arrow record batches (the ``sqlite``
+  extra); ``sqlite_project_rows`` reads the same rows from ``readings_plain``, not STRICT,
+  from a DB-API cursor (the rows path), as ``sqlite_project_subset`` (a query) does.
 - ``maria_project_subset``, ``maria_generic_transfer`` (subset), with ``--maria URL`` only
   (``mysql+pymysql://root@127.0.0.1:3306``): the same from a MariaDB database of their own
   (``NAME_maria``, the same rows made by the server from its ``seq_`` tables, kept and reused):
@@ -102,7 +105,16 @@ METHODS: tuple[Method, ...] = (
     Method("project_2", "this project, replace, --source-table --split-by id --partitions 2"),
     Method("generic_transfer", "Airflow GenericTransfer.execute(), defaults", subset=True),
     Method("project_subset", "this project, replace, --query ... WHERE id <= subset", subset=True),
-    Method("sqlite_project", "SQLite: this project, replace, --source-table", sqlite=True),
+    Method(
+        "sqlite_project",
+        "SQLite: this project, replace, --source-table of a STRICT table (ADBC, Arrow)",
+        sqlite=True,
+    ),
+    Method(
+        "sqlite_project_rows",
+        "SQLite: this project, --source-table of the same rows not STRICT (sqlite3 cursor)",
+        sqlite=True,
+    ),
     Method("sqlite_project_subset", "SQLite: this project, --query WHERE id <= subset", True, True),
     Method("sqlite_generic_transfer", "SQLite: GenericTransfer.execute(), defaults", True, True),
     Method(
@@ -125,6 +137,7 @@ BASELINE_OF = (
     "project_2",
     "project_subset",
     "sqlite_project",
+    "sqlite_project_rows",
     "sqlite_project_subset",
     "maria_project_subset",
 )
@@ -259,12 +272,19 @@ def build_source(dsn: str, name: str, meters: int, days: int) -> str:
 
 
 def build_sqlite(source: str, path: Path, rows: int) -> None:
-    """A SQLite file with the source's readings (reused when it holds ``rows`` rows)."""
+    """A SQLite file with the source's readings twice (reused when it holds ``rows`` rows in
+    each): ``readings``, a STRICT table (read by ADBC's driver as Arrow record batches, with
+    the ``sqlite`` extra), and ``readings_plain``, the same rows in a table that is not
+    STRICT (read from a DB-API cursor: the rows path)."""
     if path.exists():
         with sqlite3.connect(path) as lite:
             try:
-                held = lite.execute("SELECT count(*), max(id) FROM readings").fetchone()
-                if held == (rows, rows):
+                held = lite.execute(
+                    "SELECT count(*), max(id), (SELECT strict FROM pragma_table_list"
+                    " WHERE name = 'readings'), (SELECT count(*) FROM readings_plain)"
+                    " FROM readings"
+                ).fetchone()
+                if held == (rows, rows, 1, rows):
                     return
             except sqlite3.Error:
                 pass
@@ -272,7 +292,7 @@ def build_sqlite(source: str, path: Path, rows: int) -> None:
     lite = sqlite3.connect(path)
     lite.execute(
         "CREATE TABLE readings (id INTEGER PRIMARY KEY, meter_id INTEGER NOT NULL,"
-        " reading REAL, date TEXT)"
+        " reading REAL, date TEXT) STRICT"
     )
     with psycopg.connect(source) as conn, conn.cursor("sqlite_export") as cur:
         cur.itersize = 50_000
@@ -282,6 +302,11 @@ def build_sqlite(source: str, path: Path, rows: int) -> None:
                 "INSERT INTO readings VALUES (?, ?, ?, ?)",
                 [(i, m, r, d.isoformat()) for i, m, r, d in batch],
             )
+    lite.execute(
+        "CREATE TABLE readings_plain (id INTEGER PRIMARY KEY, meter_id INTEGER NOT NULL,"
+        " reading REAL, date TEXT)"
+    )
+    lite.execute("INSERT INTO readings_plain SELECT * FROM readings")
     lite.commit()
     lite.close()
 
@@ -549,6 +574,9 @@ PREPARE: dict[str, Callable[[Context], Prepared]] = {
         c, url_for(c.source), "--query", _subset_query(c, "bench_a.readings")
     ),
     "sqlite_project": lambda c: _project(c, _sqlite_url(c), "--source-table", "readings"),
+    "sqlite_project_rows": lambda c: _project(
+        c, _sqlite_url(c), "--source-table", "readings_plain"
+    ),
     "sqlite_project_subset": lambda c: _project(
         c, _sqlite_url(c), "--query", _subset_query(c, "readings")
     ),

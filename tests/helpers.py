@@ -5,12 +5,16 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import logging
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from psycopg import sql
+
+from airflow_pg_bulk import runner
+from airflow_pg_bulk.loading.database import arrow_readers
 
 NASTY = [
     "plain",
@@ -239,3 +243,33 @@ def returned_xcom(run: Any, task_id: str) -> Any:
             run_id=run.run_id, key="return_value", dag_ids=run.dag_id, task_ids=task_id
         )
         return XComModel.deserialize_value(session.scalars(query).one())
+
+
+def load_both_ways(
+    db: Any,
+    connect: Callable[[], Any],
+    monkeypatch: Any,
+    caplog: Any,
+    reader: str,
+    create: str,
+    **source: Any,
+) -> tuple[list[str], list[str]]:
+    """The source loaded into two tables made by ``create``: by its Arrow ``reader`` (the log
+    says it read the rows), then with the Arrow readers left out (the rows path); each
+    table's rows as PostgreSQL's text of the whole row (a double in its shortest exact
+    form, so equal text is equal bits)."""
+    got = []
+    for name, arrow in (("by_arrow", True), ("by_rows", False)):
+        db.run(sql.SQL(create).format(db.ident(name)))
+        with monkeypatch.context() as patched, caplog.at_level(logging.INFO):
+            caplog.clear()
+            if not arrow:
+                patched.setattr(arrow_readers, "choose", lambda *args: None)
+            runner.load(connect, db.table(name), mode="replace", **source)
+        said = f"by Arrow record batches ({reader})"
+        assert (said in caplog.text) is arrow, caplog.text
+        assert ("by a server-side cursor" in caplog.text) is not arrow, caplog.text
+        got.append(
+            db.run(sql.SQL("SELECT t::text FROM {} AS t ORDER BY id").format(db.ident(name)))
+        )
+    return [r[0] for r in got[0]], [r[0] for r in got[1]]

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -127,3 +128,39 @@ def test_baseline_methods_run_the_project_from_another_tree(pg_dsn: str, tmp_pat
     assert all(r["rows"] == 30 * 7 for r in result["runs"])
     assert mark.read_text() == "xx"  # the two _before runs, not project_1
     assert [c["method"] for c in result["changes"]] == ["project_1"]
+
+
+def test_readers_benchmark_loads_every_row_by_each_reader(
+    pg_dsn: str, tmp_path: Path, capsys: Any
+) -> None:
+    """benchmarks/db_readers.py at a tiny size: the rows path and the Arrow readers (ConnectorX
+    where installed) each load every row of a SQLite file's ``readings``."""
+    import sqlite3
+
+    import pytest
+
+    pytest.importorskip("adbc_driver_sqlite")
+    pytest.importorskip("connectorx")
+    from benchmarks import db_readers
+
+    path = tmp_path / "readings.db"
+    with sqlite3.connect(path) as lite:
+        lite.execute(
+            "CREATE TABLE readings (id integer, meter_id integer, reading real, date text)"
+        )
+        lite.executemany(
+            "INSERT INTO readings VALUES (?, ?, ?, ?)",
+            [(i, i % 7, i / 3, "2026-01-02") for i in range(1, 1001)],
+        )
+    lite.close()
+    try:
+        assert db_readers.main(["--conn", pg_dsn, "--sqlite", str(path), "--reps", "1"]) == 0
+    finally:
+        with psycopg.connect(pg_dsn, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(db_readers.TABLE))
+            )
+    runs = [json.loads(line.split(" ", 1)[1]) for line in capsys.readouterr().out.splitlines()
+            if line.startswith("sqlite {")]  # fmt: skip
+    assert sorted(r["reader"] for r in runs) == ["adbc_sqlite", "connectorx", "rows"]
+    assert all(r["rows"] == 1000 for r in runs), runs

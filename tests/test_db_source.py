@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import re
 import sqlite3
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -19,6 +22,7 @@ from urllib.parse import urlencode, urlsplit
 
 import psycopg
 import pytest
+from helpers import load_both_ways
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from sqlalchemy.engine import make_url
@@ -30,6 +34,9 @@ from airflow_pg_bulk.errors import (
     SourceReadError,
     TransientLoadError,
 )
+from airflow_pg_bulk.loading.database.columns import source_description
+from airflow_pg_bulk.loading.database.urls import hold
+from airflow_pg_bulk.plan import DatabaseSource
 from airflow_pg_bulk.runner import load
 from airflow_pg_bulk.sql import source as source_sql
 
@@ -244,6 +251,16 @@ def test_sqlite_source_values_round_trip(
     assert [None if r[1] is None else bytes(r[1]).decode() for r in got] == AWKWARD
 
 
+def _sqlite_table(path: Path, create: str, rows: list[tuple[Any, ...]]) -> None:
+    """A SQLite file at ``path`` holding one table, made by ``create``, of ``rows``."""
+    with sqlite3.connect(path) as lite:
+        lite.execute(create)
+        table = create.split()[2]
+        marks = ", ".join("?" * len(rows[0]))
+        lite.executemany(f"INSERT INTO {table} VALUES ({marks})", rows)
+    lite.close()
+
+
 def test_sqlite_dynamic_types_round_trip(
     db: Any, connect: Callable[[], Any], tmp_path: Path
 ) -> None:
@@ -257,10 +274,7 @@ def test_sqlite_dynamic_types_round_trip(
          [i, i / 4, f"t{i}", None][i % 4])
         for i in range(25_000)
     ]  # fmt: skip
-    with sqlite3.connect(path) as lite:
-        lite.execute("CREATE TABLE typed (id integer, f real, n integer, s text, m)")
-        lite.executemany("INSERT INTO typed VALUES (?, ?, ?, ?, ?)", rows)
-    lite.close()
+    _sqlite_table(path, "CREATE TABLE typed (id integer, f real, n integer, s text, m)", rows)
     db.run(
         sql.SQL("CREATE TABLE {} (id int, f float8, n bigint, s text, m text)").format(
             db.ident("typed")
@@ -1195,3 +1209,140 @@ def _source_sessions(db: Any, source_pg: str) -> int:
             break
         time.sleep(0.1)
     return holding
+
+
+# --- the rows path's Arrow reader (ADBC) for a STRICT SQLite table -------------------------------
+
+
+def test_a_strict_sqlite_table_is_read_by_adbc_with_the_rows_paths_values(
+    db: Any,
+    connect: Callable[[], Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A STRICT table (each column of one type) read by ADBC and encoded by Arrow loads bit for
+    bit the rows the DB-API path loads: doubles to the last bit (infinity, the smallest
+    subnormal), 64-bit integers, text needing every escape, bytes, NULLs, in more rows than
+    one record batch."""
+    pytest.importorskip("adbc_driver_sqlite")
+    path = tmp_path / "strict.db"
+    floats = [0.1 + 0.2, 1e300, -5e-324, float("-inf"), 123456789.123456789, -0.0]
+    texts = [v for v in AWKWARD if v is not None]
+    rows = [
+        (i, floats[i % 6], (2**63 - 1) if i % 7 == 0 else -(2**63) if i % 11 == 0 else -i,
+         texts[i % len(texts)] if i % 5 else None,
+         texts[i % len(texts)].encode() if i % 3 else None)
+        for i in range(70_000)
+    ]  # fmt: skip
+    _sqlite_table(
+        path, "CREATE TABLE typed (id integer, f real, n int, s text, b blob) STRICT", rows
+    )
+    by_arrow, by_rows = load_both_ways(
+        db, connect, monkeypatch, caplog, "adbc_sqlite",
+        "CREATE TABLE {} (id int PRIMARY KEY, f float8, n bigint, s text, b bytea)",
+        source_url=f"sqlite:///{path}", source_table="typed",
+    )  # fmt: skip
+    assert len(by_arrow) == 70_000 and by_arrow == by_rows
+    got = db.run(sql.SQL("SELECT f, n, s, b FROM {} WHERE id < 12 ORDER BY id")
+                 .format(db.ident("by_arrow")))  # fmt: skip
+    assert [(f, n, s, None if b is None else bytes(b)) for f, n, s, b in got] == [
+        r[1:] for r in rows[:12]
+    ]
+
+
+def test_a_strict_column_adbc_reads_as_another_type_falls_back_to_the_rows_path(
+    db: Any,
+    connect: Callable[[], Any],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """ADBC types a column by its first rows: a TEXT column NULL in more rows than one batch
+    is read as integers, and its first string fails the Arrow read midway; the rows it had
+    sent are undone and the range is read again from a cursor, every row loaded once."""
+    pytest.importorskip("adbc_driver_sqlite")
+    path = tmp_path / "late.db"
+    with sqlite3.connect(path) as lite:
+        lite.execute("CREATE TABLE late (id integer PRIMARY KEY, s text) STRICT")
+        lite.executemany(
+            "INSERT INTO late VALUES (?, ?)",
+            [(i, None if i < 100_000 else f"s{i}") for i in range(100_010)],
+        )
+    lite.close()
+    db.run(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, s text)").format(db.ident("late")))
+    with caplog.at_level(logging.INFO):
+        summary = load(connect, db.table("late"), mode="replace",
+                       source_url=f"sqlite:///{path}", source_table="late")  # fmt: skip
+    assert "the Arrow reader adbc_sqlite failed" in caplog.text, caplog.text
+    assert "by a server-side cursor" in caplog.text
+    assert summary.rows == 100_010
+    assert db.run(sql.SQL("SELECT count(*), count(s), min(s) FROM {}")
+                  .format(db.ident("late"))) == [(100_010, 10, "s100000")]  # fmt: skip
+
+
+def test_sqlite_sources_adbc_cannot_read_exactly_keep_the_rows_path(tmp_path: Path) -> None:
+    """ADBC only for a STRICT table of INTEGER/REAL/TEXT/BLOB columns: a table that is not
+    STRICT (any type in any column: ADBC would turn a REAL in a column it typed as text
+    into ``1.250000e+00``), a STRICT table with an ANY column, a query, a view and an
+    in-memory database are read from a cursor."""
+    pytest.importorskip("adbc_driver_sqlite")
+    path = tmp_path / "kinds.db"
+    with sqlite3.connect(path) as lite:
+        lite.execute("CREATE TABLE strict_t (id integer, f real, s text, b blob) STRICT")
+        lite.execute("CREATE TABLE loose (id integer, f real)")
+        lite.execute("CREATE TABLE any_t (id integer, m any) STRICT")
+        lite.execute("CREATE VIEW strict_v AS SELECT * FROM strict_t")
+    lite.close()
+    url = hold(f"sqlite:///{path}")
+
+    def chosen(**what: Any) -> str | None:
+        return source_description(DatabaseSource(url, False, **what))[2]
+
+    assert chosen(table="strict_t") == "adbc_sqlite"
+    assert chosen(table="main.strict_t") == "adbc_sqlite"
+    assert chosen(table="loose") is None
+    assert chosen(table="any_t") is None
+    assert chosen(table="strict_v") is None
+    assert chosen(query="SELECT * FROM strict_t") is None
+    memory = DatabaseSource(hold("sqlite://"), False, query="SELECT 1 AS a")
+    assert source_description(memory)[2] is None
+
+
+def test_a_strict_sqlite_table_read_by_adbc_streams_with_bounded_memory(
+    db: Any, tmp_path: Path
+) -> None:
+    """ADBC's record batches are read as COPY takes them: a load of 1,500,000 rows of about
+    110 bytes (some 165 MB) peaks at about the resident memory of one of 150,000 (each in a
+    process of its own, its peak RSS from the kernel: Arrow's memory is not Python's, which
+    tracemalloc sees)."""
+    pytest.importorskip("adbc_driver_sqlite")
+    db.run(sql.SQL("CREATE TABLE {} (id int, v text)").format(db.ident("big")))
+    peaks = []
+    for rows in (150_000, 1_500_000):
+        path = tmp_path / f"big{rows}.db"
+        with sqlite3.connect(path) as lite:
+            lite.execute("CREATE TABLE big (id integer, v text) STRICT")
+            lite.execute(
+                "WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM s WHERE i < ?)"
+                " INSERT INTO big SELECT i, printf('%.100c', 'x') FROM s",
+                (rows,),
+            )
+        lite.close()
+        url = f"sqlite:///{path}"
+        assert source_description(DatabaseSource(hold(url), False, table="big"))[2] == "adbc_sqlite"
+        script = (
+            "import resource, sys\n"
+            "from airflow_pg_bulk.db.driver import connect\n"
+            "from airflow_pg_bulk.runner import load\n"
+            "summary = load(lambda: connect(sys.argv[1]), sys.argv[2], mode='replace',"
+            " source_url=sys.argv[3], source_table='big')\n"
+            "print(summary.rows, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", script, db.dsn, db.table("big"), url],
+            capture_output=True, text=True, check=True,
+        )  # fmt: skip
+        loaded, peak_kb = done.stdout.split()[-2:]
+        assert int(loaded) == rows
+        peaks.append(int(peak_kb) / 1024)
+    assert peaks[1] - peaks[0] < 30, f"peak RSS {peaks[0]:.0f} MB, then {peaks[1]:.0f} MB"

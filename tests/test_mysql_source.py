@@ -19,6 +19,9 @@ from psycopg import sql
 from servers import require
 
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, SourceReadError
+from airflow_pg_bulk.loading.database.columns import source_description
+from airflow_pg_bulk.loading.database.urls import hold
+from airflow_pg_bulk.plan import DatabaseSource
 from airflow_pg_bulk.runner import load
 
 require("pymysql", "the MariaDB source tests read through PyMySQL (airflow-pg-bulk[mysql])")
@@ -302,3 +305,13 @@ def test_create_target_from_a_mariadb_table(
         load(connect, db.table("never"), mode="replace", source_url=source_maria,
              query="SELECT * FROM typed", create_target=True)  # fmt: skip
     assert db.scalar("SELECT to_regclass(%s)", db.table("never")) is None
+
+
+def test_a_mariadb_source_keeps_the_rows_path(source_maria: str) -> None:
+    """No Arrow reader for MariaDB/MySQL, ConnectorX installed or not: its stream reads ahead
+    without bound (see :mod:`airflow_pg_bulk.loading.database.arrow_readers`), so the rows
+    are read from PyMySQL's server-side cursor, in bounded memory."""
+    _run(source_maria, "DROP TABLE IF EXISTS plain", "CREATE TABLE plain (id int, d double)")
+    for what in ({"table": "plain"}, {"query": "SELECT id, d FROM plain"}):
+        source = DatabaseSource(hold(source_maria), False, **what)
+        assert source_description(source)[2] is None

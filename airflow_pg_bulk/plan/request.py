@@ -167,6 +167,10 @@ class DatabaseSource(PlainData):
     :param types: a PostgreSQL source's column types, in its order, as ``format_type``
         renders them with their modifiers (``numeric(12,2)``); ``""`` for a type of the
         source database's own (an enum, a domain). Empty: not known.
+    :param arrow: another database's rows are read as Arrow record batches by this reader
+        (:data:`airflow_pg_bulk.loading.database.arrow_readers.READERS`: ``adbc_sqlite``),
+        chosen by prepare where it reads every value exactly; None: the rows path (a
+        DB-API cursor's tuples).
     """
 
     name: str
@@ -177,6 +181,7 @@ class DatabaseSource(PlainData):
     split_by: str | None = None
     snapshot: str | None = None
     types: tuple[str, ...] = ()
+    arrow: str | None = None
 
     @property
     def by_blocks(self) -> bool:

@@ -322,3 +322,17 @@ def known_types(types: list[str]) -> Composed:
     return SQL("SELECT t, to_regtype(t) IS NOT NULL FROM unnest({}::text[]) AS t").format(
         Literal(types)
     )
+
+
+def alchemy_sqlite_strict(table: str) -> Any:
+    """A SQLite table's ``(strict, other_types)``: 1 when it is a STRICT table, and how many of
+    its columns are of a type other than INT, INTEGER, REAL, TEXT and BLOB (``ANY``); no row
+    for a view or a table that is not there (SQLite 3.37+: ``pragma_table_list``)."""
+    import sqlalchemy
+
+    schema, _, name = table.rpartition(".")
+    return sqlalchemy.text(
+        "SELECT t.strict, (SELECT count(*) FROM pragma_table_xinfo(t.name, t.schema)"
+        " WHERE upper(type) NOT IN ('INT', 'INTEGER', 'REAL', 'TEXT', 'BLOB'))"
+        " FROM pragma_table_list AS t WHERE t.name = :name AND t.schema = :schema"
+    ).bindparams(name=name, schema=schema or "main")

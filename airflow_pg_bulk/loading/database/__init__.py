@@ -38,6 +38,9 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
   benchmarks/RESULTS-db-source.md), a psycopg2 target, which has no row writer, gets them
   encoded as COPY text column by column (:func:`airflow_pg_bulk.source.copy_text.batch`).
   Rows are counted per batch as they are read, for the row accounting.
+  A STRICT SQLite table is read instead by ADBC's SQLite driver as Arrow record batches,
+  encoded as COPY CSV by Arrow (:mod:`.arrow_readers`, chosen once by prepare, and
+  :mod:`.arrow_copy`, which falls back to the cursor for a range whose Arrow read fails).
 
 What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
 statement, so it sees one snapshot of the source. With ``split_by`` each range of the key

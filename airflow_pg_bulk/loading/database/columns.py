@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from airflow_pg_bulk.db import driver
 from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.loading.database import arrow_readers
 from airflow_pg_bulk.loading.database.connections import (
     alchemy_connection,
     postgres_session,
@@ -25,9 +26,13 @@ def source_columns(source: DatabaseSource) -> tuple[str, ...]:
     return source_description(source)[0]
 
 
-def source_description(source: DatabaseSource) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The source's column names, in its order, and for a PostgreSQL source their exact types
-    (:attr:`DatabaseSource.types`; another database's: empty). Its query is run without rows
+def source_description(
+    source: DatabaseSource,
+) -> tuple[tuple[str, ...], tuple[str, ...], str | None]:
+    """The source's column names, in its order; for a PostgreSQL source their exact types
+    (:attr:`DatabaseSource.types`; another database's: empty); for another database the
+    Arrow reader that reads its rows exactly, if one is installed
+    (:func:`.arrow_readers.choose`; None: the rows path). Its query is run without rows
     first, so one that cannot run fails before anything is made."""
     if source.postgres:
         with postgres_session(source.name) as conn:  # (psycopg 3: its result's type modifiers)
@@ -40,18 +45,19 @@ def source_description(source: DatabaseSource) -> tuple[tuple[str, ...], tuple[s
                     oids = [result.ftype(i) for i in range(len(names))]
                     modifiers = [result.fmod(i) for i in range(len(names))]
                 types = driver.scalar(conn, source_sql.exact_types(oids, modifiers))
-                return names, tuple(types)
+                return names, tuple(types), None
             except Exception as exc:
                 raise query_refused(source, reason(exc, held_url(source.name))) from None
     with alchemy_connection(source.name) as conn:
         try:
             result = conn.execute(source_sql.alchemy_no_rows(source.query, source.table))
             try:
-                return tuple(result.keys()), ()
+                names = tuple(result.keys())
             finally:
                 result.close()
         except Exception as exc:
             raise query_refused(source, reason(exc, held_url(source.name))) from None
+        return names, (), arrow_readers.choose(source, conn.engine.url, conn)
 
 
 def match_names(names: Sequence[str], loadable: Sequence[str], where: str) -> list[str]:

@@ -81,7 +81,7 @@ class DatabaseFormat:
         keys), each matched to one of the table's ``loadable`` columns by name (exactly, then
         case-insensitively). A query that fails, or a column that matches none, is refused
         here, before anything is made."""
-        names, types = source_description(self.source)
+        names, types, arrow = source_description(self.source)
         matched = match_names(names, loadable, self.source.name)
         if self.source.by_blocks and not (self.source.postgres and self.source.table):
             raise LoadRefusedError(
@@ -94,7 +94,7 @@ class DatabaseFormat:
                 f"split_by {self.source.split_by!r} is not a column of the source "
                 f"{self.source.name} (its columns: {list(names)}); nothing was changed"
             )
-        source = dataclasses.replace(self.source, columns=names, types=types)
+        source = dataclasses.replace(self.source, columns=names, types=types, arrow=arrow)
         quantiles = None
         if source.split_by and source.postgres:
             snapshot, quantiles = export(source, self.ranges)

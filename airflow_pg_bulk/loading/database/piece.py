@@ -1,5 +1,6 @@
 """The COPY step of a database source: one range into staging, by the PostgreSQL path or the
-rows path (chosen once per source from its URL), rows read counted against rows loaded."""
+rows path (chosen once per source from its URL), the rows path by its Arrow reader where
+prepare chose one (:attr:`DatabaseSource.arrow`), rows read counted against rows loaded."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.errors import SourceReadError
-from airflow_pg_bulk.loading.database import postgres_copy, rows_copy
+from airflow_pg_bulk.loading.database import arrow_copy, postgres_copy, rows_copy
 from airflow_pg_bulk.loading.database.format import TEXT
 from airflow_pg_bulk.loading.database.ranges import range_text
 from airflow_pg_bulk.loading.database.snapshots import range_done
@@ -49,7 +50,14 @@ def copy_piece(
         finally:
             range_done(source.snapshot)
     else:
-        loaded, read, sent = rows_copy.copy_range(conn, plan, bounds, statement)
+        moved = None
+        if source.arrow is not None:
+            moved = arrow_copy.copy_range(conn, plan, bounds)
+            how = f"Arrow record batches ({source.arrow})"
+        if moved is None:  # (no Arrow reader, or it failed: read again from a cursor)
+            moved = rows_copy.copy_range(conn, plan, bounds, statement)
+            how = "a server-side cursor"
+        loaded, read, sent = moved
     if read != loaded:
         raise SourceReadError(
             f"Load {plan.load_id}: the source {source.name} gave {read} rows but COPY "
