@@ -10,6 +10,7 @@ server per module, whatever ``PG_BULK_TEST_DSN`` says; its binaries from
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -25,6 +26,13 @@ import psycopg
 import pytest
 from psycopg import sql
 from servers import OwnServer, own_server_running, require
+
+# mysql-connector-python's C extension, loaded (where installed) before a test imports pyarrow:
+# loaded after pyarrow it fails ("libstdc++.so.6: cannot allocate memory in static TLS
+# block"), and the MariaDB tests of the C extension's reader would skip (a load process falls
+# back to PyMySQL there, and says why: airflow_pg_bulk/loading/database/row_readers.py).
+with contextlib.suppress(ImportError):
+    import mysql.connector.connection_cext  # noqa: F401
 
 DRIVERS = ("psycopg", "psycopg2")
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -1,6 +1,10 @@
 """MariaDB/MySQL as the source, through SQLAlchemy and PyMySQL (``airflow-pg-bulk[mysql]``):
 every mode, split by a column, values round-trip, memory bounded by the server-side cursor, an
-Airflow ``mysql`` connection, a source failing midway and a value the target rejects.
+Airflow ``mysql`` connection, a source failing midway and a value the target rejects. The
+rows are read by mysql-connector-python's C extension where it loads (the reader chosen by
+:mod:`airflow_pg_bulk.loading.database.row_readers`), else by PyMySQL: the value tests run
+through each reader (forced), the two readers' rows and targets are compared, and the
+extension made absent leaves PyMySQL's.
 
 The server: see ``tests/mariadb.py`` (PG_BULK_TEST_MYSQL_URL, 127.0.0.1:3306, or a throwaway
 ``mariadbd``; skipped with the reason when there is none)."""
@@ -9,6 +13,8 @@ from __future__ import annotations
 
 import datetime
 import decimal
+import logging
+import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -18,7 +24,9 @@ from mariadb import database_on
 from psycopg import sql
 from servers import require
 
+from airflow_pg_bulk.db import mysql_connector
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, SourceReadError
+from airflow_pg_bulk.loading.database import row_readers
 from airflow_pg_bulk.loading.database.columns import source_description
 from airflow_pg_bulk.loading.database.urls import hold
 from airflow_pg_bulk.plan import DatabaseSource
@@ -31,6 +39,21 @@ AWKWARD = [
     None, "", "tab\there", "line\nbreak", "carriage\rreturn", "back\\slash", "\\N", "\\.",
     "ends with backslash\\", "naïve café 日本語 🚀", "quote \" and ' and ,",
 ]  # fmt: skip
+
+
+READERS = [row_readers.AlchemyReader, row_readers.ConnectorReader]
+
+
+@pytest.fixture(params=READERS, ids=["pymysql", "connector"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[Any]:
+    """Each reader forced in turn (:data:`row_readers.forced`); the C extension's skipped,
+    with the reason, where it does not load."""
+    if request.param is row_readers.ConnectorReader:
+        why = mysql_connector.connector_extension()
+        if why is not None:
+            pytest.skip(f"mysql-connector-python: {why}")
+    monkeypatch.setattr(row_readers, "forced", request.param)
+    return request.param
 
 
 def _run(url: str, *statements: str, rows: list[tuple[Any, ...]] | None = None) -> None:
@@ -118,7 +141,9 @@ def test_mariadb_source_every_mode(db: Any, connect: Callable[[], Any], source_m
     assert _count(db, "p2", "v = 'again'") == 33
 
 
-def test_mariadb_values_round_trip(db: Any, connect: Callable[[], Any], source_maria: str) -> None:
+def test_mariadb_values_round_trip(
+    db: Any, connect: Callable[[], Any], source_maria: str, reader: type[Any]
+) -> None:
     db.run(sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, v text, b bytea)").format(db.ident("a")))
     load(connect, db.table("a"), mode="replace", source_url=source_maria, source_table="awkward")
     got = db.run(sql.SQL("SELECT v, b FROM {} ORDER BY id").format(db.ident("a")))
@@ -127,7 +152,7 @@ def test_mariadb_values_round_trip(db: Any, connect: Callable[[], Any], source_m
 
 
 def test_mariadb_typed_values_round_trip(
-    db: Any, connect: Callable[[], Any], source_maria: str
+    db: Any, connect: Callable[[], Any], source_maria: str, reader: type[Any]
 ) -> None:
     """Each MariaDB type as the server's text reaches PostgreSQL with its value: doubles to the
     last bit (the shortest digits MariaDB sends), DECIMAL and unsigned BIGINT exactly, a
@@ -315,3 +340,146 @@ def test_a_mariadb_source_keeps_the_rows_path(source_maria: str) -> None:
     for what in ({"table": "plain"}, {"query": "SELECT id, d FROM plain"}):
         source = DatabaseSource(hold(source_maria), False, **what)
         assert source_description(source)[2] is None
+
+
+EVERY_TYPE = (
+    "CREATE TABLE every_type (id int PRIMARY KEY, d double, f float, n decimal(30,10),"
+    " u bigint unsigned, at datetime(6), ts timestamp(3) NULL, day date, t time(6), y year,"
+    " flag tinyint(1), j json, e enum('a', 'b\tc'), s set('x', 'y'), bits bit(10),"
+    " bin binary(4), vb varbinary(10), bl blob, tb tinyblob, tx text, vc varchar(40),"
+    " ch char(5), lat varchar(10) CHARACTER SET latin1)"
+)
+EVERY_TYPE_NAMES = [
+    "id", "d", "f", "n", "u", "at", "ts", "day", "t", "y", "flag", "j", "e", "s", "bits", "bin",
+    "vb", "bl", "tb", "tx", "vc", "ch", "lat",
+]  # fmt: skip
+EVERY_TYPE_BYTES = ("bits", "bin", "vb", "bl", "tb")
+
+
+@pytest.fixture
+def fresh_choice() -> Iterator[None]:
+    """The readers chosen in this process forgotten before and after the test."""
+    row_readers.chosen.cache_clear()
+    mysql_connector.connector_extension.cache_clear()
+    yield
+    row_readers.chosen.cache_clear()
+    mysql_connector.connector_extension.cache_clear()
+
+
+def test_both_readers_hand_the_same_rows_and_load_the_same_target(
+    db: Any, connect: Callable[[], Any], source_maria: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every MariaDB type, NULL in each, awkward text and bytes: the C extension's rows are
+    PyMySQL's, value for value and type for type (bytes where PyMySQL hands bytes: BIT,
+    BINARY, VARBINARY, BLOB), and the two targets they load are equal bit for bit."""
+    if (why := mysql_connector.connector_extension()) is not None:
+        pytest.skip(f"mysql-connector-python: {why}")
+    awkward = [v for v in AWKWARD if v is not None]
+    rows = [
+        "(1, CAST(0.1 AS double) + CAST(0.2 AS double), 0.1, 12345678901234567890.0123456789,"
+        " 18446744073709551615, '2026-01-02 03:04:05.000006', '2026-01-02 03:04:05.123',"
+        " '2026-01-02', '-838:59:59.000001', 2026, 1, '{\"k\": \"a\\\\tb\"}', 'b\tc', 'x,y',"
+        " b'1000000001', x'00ff0a5c', x'5c0009', x'00', '', 'tab\there', 'naïve 日本語 🚀',"
+        " 'a\\\\b', 'café')",
+        "(2, 1e300, -1.5, -0.0000000001, 0, '1000-01-01 00:00:00', NULL, '9999-12-31',"
+        " '12:34:56', 1901, 0, '[1, null]', 'a', '', b'0', '', '', '', x'5c4e', '',"
+        " '\\\\N', '', '')",
+        "(3" + ", NULL" * 22 + ")",
+    ]
+    rows += [
+        f"({i}, {i}.5, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,"
+        f" NULL, NULL, NULL, %s, NULL, %s, NULL, NULL, NULL)"
+        for i in range(4, 4 + len(awkward))
+    ]
+    _run(source_maria, "DROP TABLE IF EXISTS every_type", EVERY_TYPE)
+    engine = sqlalchemy.create_engine(source_maria)
+    try:
+        with engine.begin() as conn:
+            for row in rows[:3]:
+                conn.exec_driver_sql(f"INSERT INTO every_type VALUES {row}")
+            for row, text in zip(rows[3:], awkward, strict=True):
+                conn.exec_driver_sql(f"INSERT INTO every_type VALUES {row}", (text.encode(), text))
+    finally:
+        engine.dispose()
+
+    from airflow_pg_bulk.sql import source as source_sql
+
+    name = hold(source_maria)
+    read = {}
+    for reader in READERS:
+        with reader.for_source(name).batches(
+            name, source_sql.alchemy_key_range(None, "every_type", "id", None, None)
+        ) as batches:
+            read[reader] = [row for batch in batches for row in batch]
+        assert batches.rows == len(rows)
+    pymysql_rows, connector_rows = read.values()
+    assert connector_rows == pymysql_rows
+    assert [[type(v) for v in r] for r in connector_rows] == [
+        [type(v) for v in r] for r in pymysql_rows
+    ]
+    assert {type(v) for v in pymysql_rows[0]} == {str, bytes}  # the server's text, or bytes
+
+    names = EVERY_TYPE_NAMES
+    kinds = {"id": "int PRIMARY KEY", **dict.fromkeys(EVERY_TYPE_BYTES, "bytea")}
+    for reader, target in zip(READERS, ("by_pymysql", "by_connector"), strict=True):
+        db.run(
+            sql.SQL("CREATE TABLE {} ({})").format(
+                db.ident(target),
+                sql.SQL(", ").join(
+                    sql.SQL("{} {}").format(sql.Identifier(n), sql.SQL(kinds.get(n, "text")))
+                    for n in names
+                ),
+            )
+        )
+        monkeypatch.setattr(row_readers, "forced", reader)
+        summary = load(connect, db.table(target), mode="replace", source_url=source_maria,
+                       source_table="every_type")  # fmt: skip
+        assert summary.rows == len(rows)
+    select = "SELECT * FROM {} ORDER BY id"
+    by_pymysql = db.run(sql.SQL(select).format(db.ident("by_pymysql")))
+    assert db.run(sql.SQL(select).format(db.ident("by_connector"))) == by_pymysql
+    assert db.checksum("by_connector") == db.checksum("by_pymysql")
+    assert by_pymysql[0][-4:] == ("tab\there", "naïve 日本語 🚀", "a\\b", "café")
+    assert by_pymysql[0][14:17] == (b"\x02\x01", b"\x00\xff\n\\", b"\\\x00\t")
+
+
+def test_the_reader_is_chosen_once_by_capability(
+    source_maria: str, fresh_choice: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The C extension where it loads and the URL maps onto it, said in one INFO line; a URL
+    option it cannot carry keeps PyMySQL, said why."""
+    caplog.set_level(logging.INFO, logger=row_readers.__name__)
+    name = hold(source_maria)
+    expected = (
+        row_readers.ConnectorReader
+        if mysql_connector.connector_extension() is None
+        else row_readers.AlchemyReader
+    )
+    assert type(row_readers.chosen(name)) is expected
+    assert row_readers.chosen(name) is row_readers.chosen(name)  # once
+    other = hold(source_maria + "&connect_timeout=5")
+    assert type(row_readers.chosen(other)) is row_readers.AlchemyReader
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2, lines
+    assert expected.name in lines[0]
+    assert "connect_timeout" in lines[1] and row_readers.AlchemyReader.name in lines[1]
+
+
+def test_without_the_extension_pymysql_reads(
+    db: Any,
+    connect: Callable[[], Any],
+    source_maria: str,
+    fresh_choice: None,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """mysql-connector-python's C extension absent (its import made to fail: the library's
+    availability, not the server, is what is simulated): PyMySQL reads, the load is whole."""
+    monkeypatch.setitem(sys.modules, "mysql.connector.connection_cext", None)
+    caplog.set_level(logging.INFO, logger=row_readers.__name__)
+    name = hold(source_maria)
+    assert type(row_readers.chosen(name)) is row_readers.AlchemyReader
+    assert "does not load" in caplog.records[-1].getMessage()
+    summary = load(connect, _target(db), mode="replace", source_url=source_maria,
+                   source_table="src")  # fmt: skip
+    assert summary.rows == 3000 == _count(db, "t")

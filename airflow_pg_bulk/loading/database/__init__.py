@@ -10,14 +10,15 @@ steps use for files (:class:`.format.DatabaseFormat`, chosen once by
 - :mod:`.snapshots`: a PostgreSQL source's exported snapshot, held while its ranges are read;
 - :mod:`.format`: the source as prepare matches and cuts it;
 - :mod:`.piece`: the COPY step's range, by :mod:`.postgres_copy` (COPY to COPY) or
-  :mod:`.rows_copy` (rows from a server-side cursor), both fed through :mod:`.streaming`
-  (a failure of the source, or a value the target refused, named);
+  :mod:`.rows_copy` (rows from a server-side cursor, read by the reader :mod:`.row_readers`
+  chose: SQLAlchemy's, or mysql-connector-python's C extension for a PyMySQL URL), both fed
+  through :mod:`.streaming` (a failure of the source, or a value the target refused, named);
 - :mod:`.schema`: ``create_target``'s schema from the source.
 
 The package sits in ``loading/`` (the steps, with their connections), not in ``source/``
 (which reads bytes and runs no query) nor in ``db/`` (the driver adapters it uses,
-:mod:`airflow_pg_bulk.db.copy_out` and :mod:`airflow_pg_bulk.db.source_driver`, which know
-drivers, not plans).
+:mod:`airflow_pg_bulk.db.copy_out`, :mod:`airflow_pg_bulk.db.source_driver` and
+:mod:`airflow_pg_bulk.db.mysql_connector`, which know drivers, not plans).
 
 Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSource.postgres`):
 
