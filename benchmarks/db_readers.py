@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import importlib
+import importlib.util
 import json
 import resource
 import statistics
@@ -46,6 +47,11 @@ IMPORTS = {
     "adbc_sqlite": ("sqlalchemy", "pyarrow", "pyarrow.csv", "adbc_driver_sqlite.dbapi"),
     "connectorx": ("sqlalchemy", "pyarrow", "pyarrow.csv", "connectorx"),
 }
+
+
+def installed(reader: str) -> bool:
+    """Whether every module the reader imports (:data:`IMPORTS`) is installed."""
+    return all(importlib.util.find_spec(name.split(".")[0]) is not None for name in IMPORTS[reader])
 
 
 def _rows(source: str) -> Iterator[Any]:
@@ -155,6 +161,10 @@ def main(argv: list[str] | None = None) -> int:
         methods += [("sqlite", r, url) for r in ("rows", "adbc_sqlite", "connectorx")]
     if args.maria:
         methods += [("maria", r, args.maria) for r in ("rows", "connectorx")]
+    missing = sorted({r for _s, r, _u in methods if not installed(r)})
+    if missing:  # ConnectorX is no dependency of the project; ADBC only of its sqlite extra
+        print(f"not installed, left out: {', '.join(missing)}", file=sys.stderr)
+        methods = [m for m in methods if m[1] not in missing]
     runs: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for _ in range(args.reps):
         for source, reader, url in methods:
