@@ -32,7 +32,8 @@ the same rows. Each method loads it into a target on the server at ``--conn``:
 - ``maria_project_subset``, ``maria_generic_transfer`` (subset), with ``--maria URL`` only
   (``mysql+pymysql://root@127.0.0.1:3306``): the same from a MariaDB database of their own
   (``NAME_maria``, the same rows made by the server from its ``seq_`` tables, kept and reused):
-  the project through SQLAlchemy and PyMySQL, GenericTransfer through Airflow's mysql
+  the project through mysql-connector-python's C extension where it loads, else SQLAlchemy
+  and PyMySQL, GenericTransfer through Airflow's mysql
   connection with ``mysql-connector-python`` (apache-airflow-providers-mysql and
   mysql-connector-python importable, else it is left out).
 
@@ -119,7 +120,8 @@ METHODS: tuple[Method, ...] = (
     Method("sqlite_generic_transfer", "SQLite: GenericTransfer.execute(), defaults", True, True),
     Method(
         "maria_project_subset",
-        "MariaDB: this project, --query WHERE id <= subset (PyMySQL)",
+        "MariaDB: this project, --query WHERE id <= subset (mysql-connector-python's C"
+        " extension where it loads, else PyMySQL)",
         subset=True,
         maria=True,
     ),
