@@ -36,7 +36,6 @@ def copy_piece(
     bounds = (piece.key_range or (None, None))[:2]
     t = plan.target
     statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
-    how = "a server-side cursor"
     if source.postgres:
         try:
             moved = None
