@@ -40,7 +40,7 @@ MODE_HELP: dict[str, str] = {
     "row ends up with exactly its loaded rows; the other table partitions are not touched",
 }
 ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
-STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")
+STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")  # plan.codes.RowStrategy
 DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
 TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
 

@@ -153,7 +153,8 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
         if found.key is not None:
             checks.append(f"the key: {', '.join(found.key.key)}")
         if request.mode.takes_strategy:
-            strategy, why = rebuild.choose(conn, request, target, total)
+            choice = rebuild.choose(conn, request, target, total)
+            strategy, why = str(choice.strategy), choice.why
         else:
             strategy, why = "swap", "a replace builds the new rows beside the target"
         streams = found.source.format.cut(files, request.partition_count(total), found.matched)

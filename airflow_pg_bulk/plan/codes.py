@@ -71,6 +71,27 @@ class Identity(enum.StrEnum):
     BY_DEFAULT = "d"
 
 
+class RowStrategy(enum.StrEnum):
+    """How an append or upsert adds its rows to the target (``strategy=``; declared with its
+    help in :data:`airflow_pg_bulk.options.STRATEGIES`). A request may ask for ``AUTO``; a
+    plan holds what prepare resolved it to, ``IN_PLACE`` or ``REBUILD``
+    (:func:`airflow_pg_bulk.plan.planning.choose_strategy`)."""
+
+    AUTO = "auto"
+    IN_PLACE = "in_place"
+    REBUILD = "rebuild"
+
+    @property
+    def rebuilds(self) -> bool:
+        """A new table = the target's rows + the loaded rows, indexed, then swapped in."""
+        return self is RowStrategy.REBUILD
+
+    @property
+    def asked_for(self) -> bool:
+        """The user chose it (not ``AUTO``): prepare follows it or refuses the load."""
+        return self is not RowStrategy.AUTO
+
+
 class Mode(enum.StrEnum):
     """The load mode (``mode=``; declared with its help in :data:`airflow_pg_bulk.options.MODES`).
 
@@ -129,7 +150,7 @@ class Mode(enum.StrEnum):
         the partitions it replaces are known."""
         return self.ordered_by_run and not self.replaces_loaded_partitions
 
-    def copies_into_new_table(self, strategy: str) -> bool:
+    def copies_into_new_table(self, strategy: RowStrategy) -> bool:
         """COPY writes the table that will become the target's (or its partitions') rows, so
         that staging is logged by default: a replace, or an append that rebuilds."""
-        return self.swaps_table or (self is Mode.APPEND and strategy == "rebuild")
+        return self.swaps_table or (self is Mode.APPEND and RowStrategy(strategy).rebuilds)

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_pg_bulk.plan.codes import Mode
+from airflow_pg_bulk.plan.codes import Mode, RowStrategy
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.plain import PlainData
 from airflow_pg_bulk.plan.request import CopyOptions, DatabaseSource, ErrorPolicy, Settings
@@ -165,8 +165,8 @@ class LoadPlan(PlainData):
     logical_date: str | None = None
 
     upsert: UpsertSpec | None = None  # mode "upsert" only
-    # append and upsert: "in_place" or "rebuild", resolved by prepare (planning.choose_strategy)
-    strategy: str = "in_place"
+    # append and upsert: in place or a rebuild, resolved by prepare (planning.choose_strategy)
+    strategy: RowStrategy = RowStrategy.IN_PLACE
     # planning.plan_digest of the whole plan, made with it: a COPY task holding only its own
     # partition's pieces checks the ledger against it ("": compute it from the plan)
     digest: str = ""
@@ -180,6 +180,7 @@ class LoadPlan(PlainData):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", Mode(self.mode))  # a plain str from to_dict / XCom
+        object.__setattr__(self, "strategy", RowStrategy(self.strategy))
 
     @property
     def history_table(self) -> tuple[str, str]:
@@ -189,7 +190,7 @@ class LoadPlan(PlainData):
     @property
     def rebuilds(self) -> bool:
         """An append or upsert that builds a new table and swaps it in."""
-        return self.mode.takes_strategy and self.strategy == "rebuild"
+        return self.mode.takes_strategy and self.strategy.rebuilds
 
     def shared(self) -> LoadPlan:
         """What every task of the load needs: the plan with each partition's pieces left out

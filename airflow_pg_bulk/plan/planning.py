@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from airflow_pg_bulk import naming
 from airflow_pg_bulk.errors import BadArgumentError, LoadRefusedError
 from airflow_pg_bulk.naming import split_name
-from airflow_pg_bulk.plan.codes import Identity, Mode, Persistence
+from airflow_pg_bulk.plan.codes import Identity, Mode, Persistence, RowStrategy
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.load_plan import (
     LoadPlan,
@@ -67,7 +67,7 @@ def reject_table(request: LoadRequest, schema: str) -> tuple[str, str] | None:
 
 
 def staging_logged(
-    request: LoadRequest, target: TargetDefinition, strategy: str = "in_place"
+    request: LoadRequest, target: TargetDefinition, strategy: RowStrategy = RowStrategy.IN_PLACE
 ) -> bool:
     """Whether staging is a logged table; an unlogged target's replacement stays unlogged (an
     append that rebuilds COPYs into the table it swaps in, as a replace does)."""
@@ -158,7 +158,7 @@ class StrategyInputs:
     """
 
     mode: str
-    requested: str
+    requested: RowStrategy
     load_bytes: int
     target_bytes: int
     indexes: int = 0
@@ -167,35 +167,55 @@ class StrategyInputs:
     obstacle: str | None = None
 
 
-def choose_strategy(inputs: StrategyInputs) -> tuple[str, str]:
-    """``("in_place" | "rebuild", why)`` for an append or upsert; an explicit ``rebuild`` that
+@dataclass(frozen=True)
+class StrategyChoice:
+    """What :func:`choose_strategy` decided, and why.
+
+    :param strategy: ``IN_PLACE`` or ``REBUILD`` (never ``AUTO``).
+    :param why: the reason, for the log and the preview.
+    :param rebuild_blocked: ``auto`` went in place because a rebuild is not possible (the
+        obstacle is in ``why``): worth a warning where the user can act on it.
+    """
+
+    strategy: RowStrategy
+    why: str
+    rebuild_blocked: bool = False
+
+
+def choose_strategy(inputs: StrategyInputs) -> StrategyChoice:
+    """In place or a rebuild for an append or upsert, and why; an explicit ``rebuild`` that
     cannot be done is refused (:class:`LoadRefusedError`), ``auto`` then goes in place."""
-    if inputs.requested == "in_place":
-        return "in_place", "strategy='in_place' was asked for"
-    if inputs.requested == "rebuild":
+    in_place, rebuild = RowStrategy.IN_PLACE, RowStrategy.REBUILD
+    requested = RowStrategy(inputs.requested)
+    if requested is in_place:
+        return StrategyChoice(in_place, "strategy='in_place' was asked for")
+    if requested is rebuild:
         if inputs.obstacle:
             raise LoadRefusedError(
                 f"strategy='rebuild' refused before anything was loaded: {inputs.obstacle}. "
                 "Use strategy='in_place' (or 'auto')"
             )
-        return "rebuild", "strategy='rebuild' was asked for"
+        return StrategyChoice(rebuild, "strategy='rebuild' was asked for")
     if inputs.obstacle:
-        return "in_place", f"a rebuild is not possible ({inputs.obstacle})"
+        return StrategyChoice(
+            in_place, f"a rebuild is not possible ({inputs.obstacle})", rebuild_blocked=True
+        )
     if inputs.triggers:
-        return "in_place", "the target has triggers, which an in-place load fires per row"
+        return StrategyChoice(
+            in_place, "the target has triggers, which an in-place load fires per row"
+        )
     if inputs.target_bytes == 0:
-        return "rebuild", "the target is empty"
+        return StrategyChoice(rebuild, "the target is empty")
     bare = not inputs.indexes and not inputs.foreign_keys
     limit = BREAK_EVEN_BARE if bare else BREAK_EVEN[inputs.mode]
     ratio = inputs.target_bytes / max(inputs.load_bytes, 1)
+    sizes = f"the target's {inputs.target_bytes} bytes are {ratio:.2f}x the load's "
     if ratio <= limit:
-        return "rebuild", (
-            f"the target's {inputs.target_bytes} bytes are {ratio:.2f}x the load's "
-            f"{inputs.load_bytes}, at most {limit}x: rebuilding is cheaper"
+        return StrategyChoice(
+            rebuild, f"{sizes}{inputs.load_bytes}, at most {limit}x: rebuilding is cheaper"
         )
-    return "in_place", (
-        f"the target's {inputs.target_bytes} bytes are {ratio:.2f}x the load's "
-        f"{inputs.load_bytes}, over {limit}x: inserting in place is cheaper"
+    return StrategyChoice(
+        in_place, f"{sizes}{inputs.load_bytes}, over {limit}x: inserting in place is cheaper"
     )
 
 
@@ -405,7 +425,7 @@ def build_plan(
     logical_date: str | None = None,
     upsert: UpsertSpec | None = None,
     file_order: Sequence[str] = (),
-    strategy: str = "in_place",
+    strategy: RowStrategy = RowStrategy.IN_PLACE,
     run: RunOrder | None = None,
     database: DatabaseSource | None = None,
     staging_layout: StagingLayout | None = None,
@@ -436,7 +456,7 @@ def build_plan(
         reject_table=reject_table(request, target.schema),
         logical_date=logical_date,
         upsert=upsert,
-        strategy="in_place" if request.mode.swaps_table else strategy,
+        strategy=RowStrategy.IN_PLACE if request.mode.swaps_table else strategy,
         run=run,
         database=database,
         staging_layout=staging_layout or StagingLayout(),

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.options import default
-from airflow_pg_bulk.plan.codes import Mode
+from airflow_pg_bulk.plan.codes import Mode, RowStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -265,7 +265,8 @@ class LoadRequest(PlainData):
     staging_logged: bool | None = default("staging_logged")
     key: tuple[str, ...] | None = default("key")
     on_duplicate_key: str = default("on_duplicate_key")
-    strategy: str = default("strategy")
+    # (the declared default, a str; made the member in __post_init__)
+    strategy: RowStrategy = default("strategy")  # noqa: RUF009
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
     source_conn_id: str | None = default("source_conn_id")
@@ -299,7 +300,8 @@ class LoadRequest(PlainData):
             raise ValueError(
                 f"strategy must be one of {load_options.STRATEGIES}, not {self.strategy!r}"
             )
-        if not self.mode.takes_strategy and self.strategy != "auto":
+        object.__setattr__(self, "strategy", RowStrategy(self.strategy))
+        if not self.mode.takes_strategy and self.strategy.asked_for:
             raise ValueError("strategy applies to mode='append' and mode='upsert' only")
         if self.key is not None and not self.key:
             raise ValueError("key must name at least one column (or be left out: the primary key)")
@@ -353,7 +355,7 @@ class LoadRequest(PlainData):
         wanted = -(-total_bytes // self.partition_size)
         return max(1, min(MAX_DEFAULT_PARTITIONS, wanted))
 
-    def staging_is_logged(self, strategy: str = "in_place") -> bool:
+    def staging_is_logged(self, strategy: RowStrategy = RowStrategy.IN_PLACE) -> bool:
         """Whether staging is a logged table for this request (an append that rebuilds COPYs
         into the new table itself, as a replace does)."""
         if self.staging_logged is not None:

@@ -49,7 +49,7 @@ from airflow_pg_bulk.db.driver import (
 )
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, TargetDefinition, planning
-from airflow_pg_bulk.plan.codes import ConstraintKind, Persistence
+from airflow_pg_bulk.plan.codes import ConstraintKind, Persistence, RowStrategy
 from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import build, history, parallel_builds, staging, swap, upsert
 from airflow_pg_bulk.target.history import LedgerTotals
@@ -84,22 +84,22 @@ def resolve(
     target: TargetDefinition,
     load_bytes: int,
     load_id: str,
-) -> str:
+) -> RowStrategy:
     """prepare: the strategy of an append or upsert, by the cost model; logs why (naming the
     load by ``load_id``)."""
     if not request.mode.takes_strategy:
-        return "in_place"
-    choice, why = choose(conn, request, target, load_bytes)
-    warn = request.strategy == "auto" and "not possible" in why and actionable(target)
+        return RowStrategy.IN_PLACE
+    choice = choose(conn, request, target, load_bytes)
+    warn = choice.rebuild_blocked and actionable(target)
     (log.warning if warn else log.info)(
         "Load %s: %s into %s: strategy %s (%s)",
         load_id,
         request.mode,
         target.qualified,
-        choice,
-        why,
+        choice.strategy,
+        choice.why,
     )
-    return choice
+    return choice.strategy
 
 
 def actionable(target: TargetDefinition) -> bool:
@@ -111,10 +111,10 @@ def actionable(target: TargetDefinition) -> bool:
 
 def choose(
     conn: DatabaseConnection, request: LoadRequest, target: TargetDefinition, load_bytes: int
-) -> tuple[str, str]:
+) -> planning.StrategyChoice:
     """The strategy of an append or upsert by the cost model, and why (reads only)."""
     target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
-    choice, why = planning.choose_strategy(
+    return planning.choose_strategy(
         planning.StrategyInputs(
             mode=request.mode,
             requested=request.strategy,
@@ -123,10 +123,11 @@ def choose(
             indexes=len(target.indexes),
             foreign_keys=sum(c.kind == ConstraintKind.FOREIGN_KEY for c in target.constraints),
             triggers=triggers,
-            obstacle=obstacle(conn, target) if request.strategy != "in_place" else None,
+            obstacle=(
+                None if request.strategy is RowStrategy.IN_PLACE else obstacle(conn, target)
+            ),
         )
     )
-    return choice, why
 
 
 def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:

@@ -5,9 +5,12 @@ mode with a string again."""
 import ast
 from pathlib import Path
 
+import pytest
+
 import airflow_pg_bulk
 from airflow_pg_bulk import options
 from airflow_pg_bulk.plan import LoadRequest, Mode
+from airflow_pg_bulk.plan.codes import RowStrategy
 
 ROOT = Path(airflow_pg_bulk.__file__).parent
 #: where the modes are spelled as text: the Mode type and the option declarations
@@ -17,6 +20,7 @@ SPELLED = {ROOT / "plan" / "codes.py", ROOT / "options.py"}
 def test_members_are_the_declared_modes_in_order():
     assert tuple(Mode) == options.MODES
     assert tuple(options.MODE_HELP) == options.MODES
+    assert tuple(RowStrategy) == options.STRATEGIES
 
 
 def test_properties():
@@ -41,32 +45,40 @@ def test_a_request_and_a_plan_hold_the_type_and_travel_as_text():
     assert LoadRequest.from_dict(data) == request
 
 
-def _mode_literals(node: ast.expr) -> list[str]:
-    """The mode names written as string literals in ``node``, alone or in a tuple, list or set
-    (``mode == "append"``, ``mode in ("replace", "upsert")``)."""
+def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
+    """The names of ``names`` written as string literals in ``node``, alone or in a tuple, list
+    or set (``mode == "append"``, ``mode in ("replace", "upsert")``)."""
     items = node.elts if isinstance(node, (ast.Tuple, ast.List, ast.Set)) else [node]
     return [
         i.value
         for i in items
-        if isinstance(i, ast.Constant) and isinstance(i.value, str) and i.value in options.MODES
+        if isinstance(i, ast.Constant) and isinstance(i.value, str) and i.value in names
     ]
 
 
-def test_no_module_compares_a_mode_with_a_string():
-    """A comparison (or ``match`` case) with a mode name literal outside plan/codes.py and
-    options.py asks the mode a question that a :class:`Mode` property (or its member) should
-    answer: add the property there."""
+@pytest.mark.parametrize(
+    ("what", "names"),
+    [("mode", options.MODES), ("strategy", options.STRATEGIES)],
+)
+def test_no_module_compares_a_mode_or_a_strategy_with_a_string(what, names):
+    """A comparison (or ``match`` case) with a mode's or a strategy's name literal outside
+    plan/codes.py and options.py asks a question that a :class:`Mode` or :class:`RowStrategy`
+    property (or its member) should answer: add the property there."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         if path in SPELLED:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Compare):
-                names = [n for side in (node.left, *node.comparators) for n in _mode_literals(side)]
+                said = [
+                    n for side in (node.left, *node.comparators) for n in _literals(side, names)
+                ]
             elif isinstance(node, ast.MatchValue):
-                names = _mode_literals(node.value)
+                said = _literals(node.value, names)
             else:
                 continue
-            if names:
-                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(names)}")
-    assert not found, "mode compared with a string (use a Mode property):\n" + "\n".join(found)
+            if said:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {', '.join(said)}")
+    assert not found, f"{what} compared with a string (use its type's property):\n" + "\n".join(
+        found
+    )
