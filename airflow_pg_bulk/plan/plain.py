@@ -25,11 +25,29 @@ class PlainData:
 
     @classmethod
     def from_dict(cls: type[T], data: dict[str, Any]) -> T:
-        """Rebuild the object from :meth:`to_dict` output; unknown keys are an error."""
+        """Rebuild the object from :meth:`to_dict` output.
+
+        :raises ValueError: a key the class does not have, or a field without a default that
+            ``data`` lacks: what a plan made by another version of this package looks like
+            (prepare ran before an upgrade, copy or finalize after it); the message says so
+            and how to plan again."""
         hints = _hints(cls)
-        unknown = set(data) - hints.keys()
-        if unknown:
-            raise ValueError(f"{cls.__name__}: unknown fields {sorted(unknown)}")
+        unknown = sorted(set(data) - hints.keys())
+        missing = [name for name in _required(cls) if name not in data]
+        if unknown or missing:
+            found = "; ".join(
+                words
+                for words in (
+                    f"unknown fields {unknown}" if unknown else "",
+                    f"missing fields {missing}" if missing else "",
+                )
+                if words
+            )
+            raise ValueError(
+                f"{cls.__name__}: {found}. Was it made by another version of "
+                "airflow-pg-bulk (prepare before an upgrade, this task after it)? Clear the "
+                "load's prepare task so that it plans again with this version"
+            )
         kwargs = {name: _from_plain(hints[name], value) for name, value in data.items()}
         return cls(**kwargs)
 
@@ -38,6 +56,23 @@ class PlainData:
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
 _HINTS: dict[type, dict[str, Any]] = {}
 _SCALARS = (str, int, float, bool, type(None))
+
+
+_REQUIRED: dict[type, tuple[str, ...]] = {}
+
+
+def _required(cls: type) -> tuple[str, ...]:
+    """The fields of ``cls`` without a default (``from_dict`` needs them in its data)."""
+    names = _REQUIRED.get(cls)
+    if names is None:
+        names = _REQUIRED[cls] = tuple(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.init
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+    return names
 
 
 def _hints(cls: type) -> dict[str, Any]:

@@ -123,9 +123,7 @@ def choose(
             indexes=len(target.indexes),
             foreign_keys=sum(c.kind == ConstraintKind.FOREIGN_KEY for c in target.constraints),
             triggers=triggers,
-            obstacle=(
-                None if request.strategy is RowStrategy.IN_PLACE else obstacle(conn, target)
-            ),
+            obstacle=(None if request.strategy is RowStrategy.IN_PLACE else obstacle(conn, target)),
         )
     )
 

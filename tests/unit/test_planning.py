@@ -24,6 +24,26 @@ def test_the_plan_round_trips_through_json() -> None:
     assert TargetDefinition.from_dict(p.target.to_dict()).fingerprint() == p.target.fingerprint()
 
 
+@pytest.mark.parametrize("change", ["missing", "unknown"])
+def test_a_plan_of_another_version_is_refused_saying_how_to_plan_again(change) -> None:
+    """A plan in XCom made before an upgrade (a field it lacks, or one this version dropped):
+    the error names the fields and tells the user to clear prepare, not a bare TypeError."""
+    data = json.loads(json.dumps(plan().to_dict()))
+    if change == "missing":  # e.g. Partitioning.strategy, new in this version
+        del data["load_id"]
+        del data["target"]["oid"]
+    else:
+        data["shape_of_the_future"] = 1
+    with pytest.raises(ValueError) as raised:
+        LoadPlan.from_dict(data)
+    said = str(raised.value)
+    assert "another version of airflow-pg-bulk" in said and "Clear the load's prepare" in said
+    if change == "missing":
+        assert "missing fields ['load_id']" in said
+    else:
+        assert "unknown fields ['shape_of_the_future']" in said
+
+
 def test_the_plan_names_its_tables_from_the_load_id() -> None:
     p = plan()
     assert (p.staging_table, p.ledger_table) == (
