@@ -71,6 +71,26 @@ class Identity(enum.StrEnum):
     BY_DEFAULT = "d"
 
 
+class SequenceKind(enum.StrEnum):
+    """How a sequence is tied to a target column (:attr:`OwnedSequence.kind`), as
+    :func:`airflow_pg_bulk.sql.catalog.owned_sequences` names the ``pg_depend.deptype``."""
+
+    IDENTITY = "identity"  # deptype 'i': internal to an identity column
+    SERIAL = "serial"  # deptype 'a': OWNED BY a column (serial, or set by hand)
+
+    @property
+    def of_identity_column(self) -> bool:
+        """The sequence of an identity column: staging draws from it where the column is not
+        loaded, and a swap renames the old one and carries its position to the new table's."""
+        return self is SequenceKind.IDENTITY
+
+    @property
+    def owned_by_column(self) -> bool:
+        """A sequence OWNED BY a column (``serial``): a swap makes the new table's column its
+        owner."""
+        return self is SequenceKind.SERIAL
+
+
 class RowStrategy(enum.StrEnum):
     """How an append or upsert adds its rows to the target (``strategy=``; declared with its
     help in :data:`airflow_pg_bulk.options.STRATEGIES`). A request may ask for ``AUTO``; a

@@ -123,9 +123,7 @@ def choose(
             indexes=len(target.indexes),
             foreign_keys=sum(c.kind == ConstraintKind.FOREIGN_KEY for c in target.constraints),
             triggers=triggers,
-            obstacle=(
-                None if request.strategy is RowStrategy.IN_PLACE else obstacle(conn, target)
-            ),
+            obstacle=(None if request.strategy is RowStrategy.IN_PLACE else obstacle(conn, target)),
         )
     )
 
@@ -360,7 +358,7 @@ def _fill_range(
     drawn = [
         (s.column, s.schema, s.name)
         for s in t.sequences
-        if s.kind == "identity" and s.column not in plan.columns
+        if s.kind.of_identity_column and s.column not in plan.columns
     ]
     inserted = insert(
         sql.loaded_not_in_target(t.schema, t.table, latest, spec.key, nullable),

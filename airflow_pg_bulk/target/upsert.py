@@ -140,7 +140,7 @@ def _drawn(conn: DatabaseConnection, plan: LoadPlan, partition: str) -> list[tup
     return [
         (s.column, s.schema, s.name)
         for s in plan.target.sequences
-        if s.kind == "identity" and s.column not in plan.columns and s.column not in numbered
+        if s.kind.of_identity_column and s.column not in plan.columns and s.column not in numbered
     ]
 
 

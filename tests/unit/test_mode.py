@@ -10,10 +10,11 @@ import pytest
 import airflow_pg_bulk
 from airflow_pg_bulk import options
 from airflow_pg_bulk.plan import LoadRequest, Mode
-from airflow_pg_bulk.plan.codes import RowStrategy
+from airflow_pg_bulk.plan.codes import RowStrategy, SequenceKind
+from airflow_pg_bulk.plan.definition import OwnedSequence
 
 ROOT = Path(airflow_pg_bulk.__file__).parent
-#: where the modes are spelled as text: the Mode type and the option declarations
+#: where the choices are spelled as text: their types and the option declarations
 SPELLED = {ROOT / "plan" / "codes.py", ROOT / "options.py"}
 
 
@@ -45,6 +46,18 @@ def test_a_request_and_a_plan_hold_the_type_and_travel_as_text():
     assert LoadRequest.from_dict(data) == request
 
 
+def test_a_captured_sequence_holds_its_kind_and_travels_as_text():
+    seq = OwnedSequence("public", "t_id_seq", "id", "identity")
+    assert seq.kind is SequenceKind.IDENTITY
+    assert seq.kind.of_identity_column and not seq.kind.owned_by_column
+    assert SequenceKind.SERIAL.owned_by_column and not SequenceKind.SERIAL.of_identity_column
+    data = seq.to_dict()
+    assert type(data["kind"]) is str and data["kind"] == "identity"
+    assert OwnedSequence.from_dict(data) == seq
+    with pytest.raises(ValueError, match="'other' is not a valid SequenceKind"):
+        OwnedSequence("public", "t_id_seq", "id", "other")
+
+
 def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
     """The names of ``names`` written as string literals in ``node``, alone or in a tuple, list
     or set (``mode == "append"``, ``mode in ("replace", "upsert")``)."""
@@ -58,12 +71,17 @@ def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
 
 @pytest.mark.parametrize(
     ("what", "names"),
-    [("mode", options.MODES), ("strategy", options.STRATEGIES)],
+    [
+        ("mode", options.MODES),
+        ("strategy", options.STRATEGIES),
+        ("sequence kind", tuple(SequenceKind)),
+    ],
 )
-def test_no_module_compares_a_mode_or_a_strategy_with_a_string(what, names):
-    """A comparison (or ``match`` case) with a mode's or a strategy's name literal outside
-    plan/codes.py and options.py asks a question that a :class:`Mode` or :class:`RowStrategy`
-    property (or its member) should answer: add the property there."""
+def test_no_module_compares_a_choice_with_a_string(what, names):
+    """A comparison (or ``match`` case) with a choice's name literal (a mode, a strategy, a
+    captured sequence's kind) outside plan/codes.py and options.py asks a question that a
+    property of its type (:class:`Mode`, :class:`RowStrategy`, :class:`SequenceKind`), or its
+    member, should answer: add the property there."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         if path in SPELLED:
