@@ -41,6 +41,7 @@ MODE_HELP: dict[str, str] = {
 }
 ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
 STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")  # plan.codes.RowStrategy
+FORMATS: tuple[str, ...] = ("csv", "text", "parquet")  # plan.codes.CopyFormat
 DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
 TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
 
@@ -174,7 +175,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "format", str, "csv",
         "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
         "by name, row groups split over COPY streams; needs `airflow-pg-bulk[parquet]`)",
-        "`csv`", "copy", choices=("csv", "text", "parquet"),
+        "`csv`", "copy", choices=FORMATS,
     ),
     LoadOption(
         "header", bool, False,

@@ -91,6 +91,35 @@ class SequenceKind(enum.StrEnum):
         return self is SequenceKind.SERIAL
 
 
+class CopyFormat(enum.StrEnum):
+    """The source files' format (``format=``; declared in :data:`airflow_pg_bulk.options.FORMATS`);
+    what each means for prepare and the COPY task is its class in
+    :mod:`airflow_pg_bulk.source.formats`, chosen from it by
+    :func:`airflow_pg_bulk.source.formats.for_copy`."""
+
+    CSV = "csv"
+    TEXT = "text"  # PostgreSQL's text format
+    PARQUET = "parquet"
+
+    @property
+    def delimited(self) -> bool:
+        """Records of delimited fields, sent to COPY as they are: ``header``, ``delimiter``,
+        ``null`` and ``encoding`` apply (csv and text)."""
+        return self is not CopyFormat.PARQUET
+
+    @property
+    def is_csv(self) -> bool:
+        """COPY's CSV: quoted fields (``quote``, ``escape``), ``,`` the default delimiter, and
+        its own end-of-data rule (:func:`airflow_pg_bulk.source.records.marker_rule`)."""
+        return self is CopyFormat.CSV
+
+    @property
+    def names_types(self) -> bool:
+        """The files name their columns' types (Parquet): ``create_target`` can create the
+        table from them."""
+        return self is CopyFormat.PARQUET
+
+
 class RowStrategy(enum.StrEnum):
     """How an append or upsert adds its rows to the target (``strategy=``; declared with its
     help in :data:`airflow_pg_bulk.options.STRATEGIES`). A request may ask for ``AUTO``; a

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.options import default
-from airflow_pg_bulk.plan.codes import Mode, RowStrategy
+from airflow_pg_bulk.plan.codes import CopyFormat, Mode, RowStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -36,7 +36,8 @@ class CopyOptions(PlainData):
     :param encoding: the files' encoding, as PostgreSQL names it (``UTF8``, ``LATIN1``, ...).
     """
 
-    format: str = default("format")
+    # (the declared default, a str; made the member in __post_init__)
+    format: CopyFormat = default("format")  # noqa: RUF009
     header: bool = default("header")
     delimiter: str | None = default("delimiter")
     null: str | None = default("null")
@@ -48,23 +49,24 @@ class CopyOptions(PlainData):
         formats = load_options.BY_NAME["format"].choices
         if self.format not in formats:  # type: ignore[operator]
             raise ValueError(f"format must be one of {formats}, not {self.format!r}")
+        object.__setattr__(self, "format", CopyFormat(self.format))
         for name in ("delimiter", "quote", "escape"):
             value = getattr(self, name)
             if value is not None and len(value.encode()) != 1:
                 raise ValueError(f"{name} must be a single one-byte character, not {value!r}")
-        if self.format == "text" and (self.quote != '"' or self.escape is not None):
-            raise ValueError("quote and escape apply to format='csv' only")
         csv_only = (self.header, self.delimiter, self.null, self.quote, self.escape, self.encoding)
-        if self.format == "parquet" and csv_only != (False, None, None, '"', None, "UTF8"):
+        if not self.format.delimited and csv_only != (False, None, None, '"', None, "UTF8"):
             raise ValueError(
                 "header, delimiter, null, quote, escape and encoding apply to csv and text: a "
                 "Parquet file names its columns (matched to the table's by name) and types"
             )
+        if not self.format.is_csv and (self.quote != '"' or self.escape is not None):
+            raise ValueError("quote and escape apply to format='csv' only")
 
     @property
     def effective_delimiter(self) -> str:
         """The delimiter COPY will use."""
-        return self.delimiter or ("," if self.format == "csv" else "\t")
+        return self.delimiter or ("," if self.format.is_csv else "\t")
 
     @property
     def effective_escape(self) -> str:
@@ -317,7 +319,7 @@ class LoadRequest(PlainData):
         if not self.from_database:
             if not self.source:
                 raise ValueError("source must name at least one file or glob")
-            if self.create_target and self.copy.format != "parquet":
+            if self.create_target and not self.copy.format.names_types:
                 raise ValueError(
                     "create_target applies to a database source (query or source_table) or to "
                     "Parquet files (whose schema names the types): create the table first for "

@@ -1,6 +1,7 @@
-"""The mode type (``plan.codes.Mode``): its members are the declared modes, and its properties
-answer what each mode does (what the string comparisons asked before); no module compares a
-mode with a string again."""
+"""The choice types of ``plan.codes`` (the mode, ``Mode``, and the others made types the same
+way): their members are the declared choices, and their properties answer what each choice
+does (what the string comparisons asked before); no module compares a choice with a string
+again."""
 
 import ast
 from pathlib import Path
@@ -9,8 +10,8 @@ import pytest
 
 import airflow_pg_bulk
 from airflow_pg_bulk import options
-from airflow_pg_bulk.plan import LoadRequest, Mode
-from airflow_pg_bulk.plan.codes import RowStrategy, SequenceKind
+from airflow_pg_bulk.plan import CopyOptions, LoadRequest, Mode
+from airflow_pg_bulk.plan.codes import CopyFormat, RowStrategy, SequenceKind
 from airflow_pg_bulk.plan.definition import OwnedSequence
 
 ROOT = Path(airflow_pg_bulk.__file__).parent
@@ -22,6 +23,7 @@ def test_members_are_the_declared_modes_in_order():
     assert tuple(Mode) == options.MODES
     assert tuple(options.MODE_HELP) == options.MODES
     assert tuple(RowStrategy) == options.STRATEGIES
+    assert tuple(CopyFormat) == options.FORMATS == options.BY_NAME["format"].choices
 
 
 def test_properties():
@@ -58,6 +60,23 @@ def test_a_captured_sequence_holds_its_kind_and_travels_as_text():
         OwnedSequence("public", "t_id_seq", "id", "other")
 
 
+def test_copy_options_hold_the_format_and_travel_as_text():
+    assert {f for f in CopyFormat if f.delimited} == {"csv", "text"}
+    assert {f for f in CopyFormat if f.is_csv} == {"csv"}
+    assert {f for f in CopyFormat if f.names_types} == {"parquet"}
+    copy = CopyOptions(format="text")
+    assert copy.format is CopyFormat.TEXT and copy.effective_delimiter == "\t"
+    data = copy.to_dict()
+    assert type(data["format"]) is str and data["format"] == "text"
+    assert CopyOptions.from_dict(data) == copy
+    with pytest.raises(ValueError, match=r"format must be one of \('csv', 'text', 'parquet'\)"):
+        CopyOptions(format="json")
+    with pytest.raises(ValueError, match="quote and escape apply to format='csv' only"):
+        CopyOptions(format="text", quote="'")
+    with pytest.raises(ValueError, match="apply to csv and text"):
+        CopyOptions(format="parquet", quote="'")
+
+
 def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
     """The names of ``names`` written as string literals in ``node``, alone or in a tuple, list
     or set (``mode == "append"``, ``mode in ("replace", "upsert")``)."""
@@ -75,13 +94,15 @@ def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
         ("mode", options.MODES),
         ("strategy", options.STRATEGIES),
         ("sequence kind", tuple(SequenceKind)),
+        ("format", options.FORMATS),
     ],
 )
 def test_no_module_compares_a_choice_with_a_string(what, names):
     """A comparison (or ``match`` case) with a choice's name literal (a mode, a strategy, a
-    captured sequence's kind) outside plan/codes.py and options.py asks a question that a
-    property of its type (:class:`Mode`, :class:`RowStrategy`, :class:`SequenceKind`), or its
-    member, should answer: add the property there."""
+    captured sequence's kind, a COPY format) outside plan/codes.py and options.py asks a
+    question that a property of its type (:class:`Mode`, :class:`RowStrategy`,
+    :class:`SequenceKind`, :class:`CopyFormat`), or its member, should answer: add the
+    property there."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         if path in SPELLED:
