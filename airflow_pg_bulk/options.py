@@ -41,6 +41,7 @@ MODE_HELP: dict[str, str] = {
 }
 ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
 STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")  # plan.codes.RowStrategy
+ON_ERROR: tuple[str, ...] = ("fail", "reject")  # plan.codes.OnError
 FORMATS: tuple[str, ...] = ("csv", "text", "parquet")  # plan.codes.CopyFormat
 DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
 TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
@@ -298,7 +299,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "on_error", str, "fail",
         "`fail`: the first bad row fails the load, naming file, line, column and value; "
         "`reject`: rows PostgreSQL cannot parse or convert go to `reject_table` and the rest load",
-        "`fail`", "errors", choices=("fail", "reject"),
+        "`fail`", "errors", choices=ON_ERROR,
     ),
     LoadOption(
         "max_rejects", int, 0,

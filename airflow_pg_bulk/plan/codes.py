@@ -120,6 +120,20 @@ class CopyFormat(enum.StrEnum):
         return self is CopyFormat.PARQUET
 
 
+class OnError(enum.StrEnum):
+    """What a row PostgreSQL cannot parse or convert does to the load (``on_error=``; declared
+    in :data:`airflow_pg_bulk.options.ON_ERROR`)."""
+
+    FAIL = "fail"
+    REJECT = "reject"
+
+    @property
+    def rejects(self) -> bool:
+        """Bad rows are set aside in the reject table and the rest load (up to
+        ``max_rejects``), rather than the first one failing the load."""
+        return self is OnError.REJECT
+
+
 class RowStrategy(enum.StrEnum):
     """How an append or upsert adds its rows to the target (``strategy=``; declared with its
     help in :data:`airflow_pg_bulk.options.STRATEGIES`). A request may ask for ``AUTO``; a

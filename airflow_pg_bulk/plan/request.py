@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.options import default
-from airflow_pg_bulk.plan.codes import CopyFormat, Mode, RowStrategy
+from airflow_pg_bulk.plan.codes import CopyFormat, Mode, OnError, RowStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -124,7 +124,8 @@ class ErrorPolicy(PlainData):
         them); each says its load id, source file, line, raw line and error.
     """
 
-    on_error: str = default("on_error")
+    # (the declared default, a str; made the member in __post_init__)
+    on_error: OnError = default("on_error")  # noqa: RUF009
     max_rejects: int = default("max_rejects")
     reject_table: str | None = default("reject_table")
 
@@ -132,15 +133,16 @@ class ErrorPolicy(PlainData):
         choices = load_options.BY_NAME["on_error"].choices
         if self.on_error not in choices:  # type: ignore[operator]
             raise ValueError(f"on_error must be one of {choices}, not {self.on_error!r}")
+        object.__setattr__(self, "on_error", OnError(self.on_error))
         if self.max_rejects < 0:
             raise ValueError("max_rejects must be 0 or more")
-        if self.on_error == "fail" and self.max_rejects:
+        if not self.on_error.rejects and self.max_rejects:
             raise ValueError("max_rejects needs on_error='reject'")
 
     @property
     def rejecting(self) -> bool:
         """Bad rows are set aside rather than failing the load."""
-        return self.on_error == "reject"
+        return self.on_error.rejects
 
 
 #: ``split_by`` for ranges of a PostgreSQL ``source_table``'s blocks: its row locator
