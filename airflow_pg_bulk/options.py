@@ -39,7 +39,7 @@ MODE_HELP: dict[str, str] = {
     "replace_partitions": "on a partitioned target, each table partition that receives a loaded "
     "row ends up with exactly its loaded rows; the other table partitions are not touched",
 }
-ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
+ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")  # plan.codes.OnDuplicateKey
 STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")  # plan.codes.RowStrategy
 ON_ERROR: tuple[str, ...] = ("fail", "reject")  # plan.codes.OnError
 FORMATS: tuple[str, ...] = ("csv", "text", "parquet")  # plan.codes.CopyFormat

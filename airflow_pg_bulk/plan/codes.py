@@ -134,6 +134,24 @@ class OnError(enum.StrEnum):
         return self is OnError.REJECT
 
 
+class OnDuplicateKey(enum.StrEnum):
+    """What an upsert does with a key loaded more than once (``on_duplicate_key=``; declared
+    in :data:`airflow_pg_bulk.options.ON_DUPLICATE_KEY`)."""
+
+    LAST = "last"
+    FAIL = "fail"
+
+    @property
+    def latest_wins(self) -> bool:
+        """The row latest in source order is the one merged."""
+        return self is OnDuplicateKey.LAST
+
+    @property
+    def refuses_duplicates(self) -> bool:
+        """A key loaded more than once fails the load, naming it, before any row is merged."""
+        return self is OnDuplicateKey.FAIL
+
+
 class RowStrategy(enum.StrEnum):
     """How an append or upsert adds its rows to the target (``strategy=``; declared with its
     help in :data:`airflow_pg_bulk.options.STRATEGIES`). A request may ask for ``AUTO``; a

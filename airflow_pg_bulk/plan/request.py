@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.options import default
-from airflow_pg_bulk.plan.codes import CopyFormat, Mode, OnError, RowStrategy
+from airflow_pg_bulk.plan.codes import CopyFormat, Mode, OnDuplicateKey, OnError, RowStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -268,8 +268,8 @@ class LoadRequest(PlainData):
     columns: tuple[str, ...] | None = default("columns")
     staging_logged: bool | None = default("staging_logged")
     key: tuple[str, ...] | None = default("key")
-    on_duplicate_key: str = default("on_duplicate_key")
-    # (the declared default, a str; made the member in __post_init__)
+    # (these two: the declared default, a str; made the member in __post_init__)
+    on_duplicate_key: OnDuplicateKey = default("on_duplicate_key")  # noqa: RUF009
     strategy: RowStrategy = default("strategy")  # noqa: RUF009
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
@@ -298,7 +298,10 @@ class LoadRequest(PlainData):
                 f"on_duplicate_key must be one of {load_options.ON_DUPLICATE_KEY}, "
                 f"not {self.on_duplicate_key!r}"
             )
-        if not self.mode.keyed and (self.key is not None or self.on_duplicate_key != "last"):
+        object.__setattr__(self, "on_duplicate_key", OnDuplicateKey(self.on_duplicate_key))
+        if not self.mode.keyed and (
+            self.key is not None or self.on_duplicate_key.refuses_duplicates
+        ):
             raise ValueError("key and on_duplicate_key apply to mode='upsert' only")
         if self.strategy not in load_options.STRATEGIES:
             raise ValueError(

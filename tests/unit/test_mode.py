@@ -12,8 +12,15 @@ import pytest
 import airflow_pg_bulk
 from airflow_pg_bulk import options
 from airflow_pg_bulk.plan import CopyOptions, ErrorPolicy, LoadRequest, Mode
-from airflow_pg_bulk.plan.codes import CopyFormat, OnError, RowStrategy, SequenceKind
+from airflow_pg_bulk.plan.codes import (
+    CopyFormat,
+    OnDuplicateKey,
+    OnError,
+    RowStrategy,
+    SequenceKind,
+)
 from airflow_pg_bulk.plan.definition import OwnedSequence
+from airflow_pg_bulk.plan.load_plan import UpsertSpec
 from airflow_pg_bulk.plan.plain import PlainData
 
 ROOT = Path(airflow_pg_bulk.__file__).parent
@@ -27,6 +34,7 @@ def test_members_are_the_declared_modes_in_order():
     assert tuple(RowStrategy) == options.STRATEGIES
     assert tuple(CopyFormat) == options.FORMATS == options.BY_NAME["format"].choices
     assert tuple(OnError) == options.ON_ERROR == options.BY_NAME["on_error"].choices
+    assert tuple(OnDuplicateKey) == options.ON_DUPLICATE_KEY
 
 
 def test_properties():
@@ -93,6 +101,21 @@ def test_an_error_policy_holds_on_error_and_travels_as_text():
         ErrorPolicy(max_rejects=1)
 
 
+def test_an_upsert_holds_on_duplicate_key_and_travels_as_text():
+    assert {d for d in OnDuplicateKey if d.latest_wins} == {"last"}
+    assert {d for d in OnDuplicateKey if d.refuses_duplicates} == {"fail"}
+    request = LoadRequest(table="t", source=("/x.csv",), mode="upsert", on_duplicate_key="fail")
+    _holds_and_travels_as_text(request, "on_duplicate_key", OnDuplicateKey.FAIL)
+    _holds_and_travels_as_text(
+        UpsertSpec(("id",), "t_pkey", "fail"), "on_duplicate_key", OnDuplicateKey.FAIL
+    )
+    assert UpsertSpec(("id",), "t_pkey").on_duplicate_key is OnDuplicateKey.LAST
+    with pytest.raises(ValueError, match=r"on_duplicate_key must be one of \('last', 'fail'\)"):
+        LoadRequest(table="t", source=("/x.csv",), mode="upsert", on_duplicate_key="first")
+    with pytest.raises(ValueError, match="key and on_duplicate_key apply to mode='upsert' only"):
+        LoadRequest(table="t", source=("/x.csv",), mode="append", on_duplicate_key="fail")
+
+
 def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
     """The names of ``names`` written as string literals in ``node``, alone or in a tuple, list
     or set (``mode == "append"``, ``mode in ("replace", "upsert")``)."""
@@ -112,14 +135,15 @@ def _literals(node: ast.expr, names: tuple[str, ...]) -> list[str]:
         ("sequence kind", tuple(SequenceKind)),
         ("format", options.FORMATS),
         ("on_error", options.ON_ERROR),
+        ("on_duplicate_key", options.ON_DUPLICATE_KEY),
     ],
 )
 def test_no_module_compares_a_choice_with_a_string(what, names):
     """A comparison (or ``match`` case) with a choice's name literal (a mode, a strategy, a
-    captured sequence's kind, a COPY format, on_error) outside plan/codes.py and options.py
-    asks a question that a property of its type (:class:`Mode`, :class:`RowStrategy`,
-    :class:`SequenceKind`, :class:`CopyFormat`, :class:`OnError`), or its member, should
-    answer: add the property there."""
+    captured sequence's kind, a COPY format, on_error, on_duplicate_key) outside plan/codes.py
+    and options.py asks a question that a property of its type (:class:`Mode`,
+    :class:`RowStrategy`, :class:`SequenceKind`, :class:`CopyFormat`, :class:`OnError`,
+    :class:`OnDuplicateKey`), or its member, should answer: add the property there."""
     found = []
     for path in sorted(ROOT.rglob("*.py")):
         if path in SPELLED:
