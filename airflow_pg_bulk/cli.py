@@ -33,6 +33,7 @@ from airflow_pg_bulk.errors import BadArgumentError, PgBulkError
 from airflow_pg_bulk.naming import split_name
 from airflow_pg_bulk.options import MODE_HELP
 from airflow_pg_bulk.plan import request_from_options
+from airflow_pg_bulk.plan.codes import OnError
 from airflow_pg_bulk.plan.request import DEFAULT_REJECT_TABLE
 
 
@@ -292,7 +293,8 @@ def _check_options(table: str, source: Sequence[str], given: dict[str, Any]) -> 
     """Refuse bad combinations before anything connects, in the command line's words."""
     if given["mode"] is None:
         raise UsageError(options.mode_required_message(lambda m: f"--mode {m}"))
-    if given["on_error"] == "reject" and given["max_rejects"] is None:
+    rejects = given["on_error"] is not None and OnError(given["on_error"]).rejects
+    if rejects and given["max_rejects"] is None:
         # refused rather than given a default: how many bad rows a load may set aside is the
         # user's to say (any default would let that many through unasked), and with none the
         # first bad row fails the load, which is --on-error fail with extra steps

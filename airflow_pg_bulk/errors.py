@@ -126,19 +126,37 @@ class TransientLoadError(PgBulkError):
     """A failure that a retry may not meet again (lock timeout, connection lost)."""
 
 
+# The SQLSTATEs the load tells apart, named as PostgreSQL's errcodes.txt names them: the one
+# place each code is written (tests/unit/test_sqlstates.py checks that no other module writes one).
+NOT_NULL_VIOLATION = "23502"
+UNIQUE_VIOLATION = "23505"
+CHECK_VIOLATION = "23514"  # a CHECK, or "no partition of relation ... found for row"
+SERIALIZATION_FAILURE = "40001"
+DEADLOCK_DETECTED = "40P01"
+DUPLICATE_TABLE = "42P07"
+INSUFFICIENT_RESOURCES = "53000"
+DISK_FULL = "53100"
+OUT_OF_MEMORY = "53200"
+TOO_MANY_CONNECTIONS = "53300"
+LOCK_NOT_AVAILABLE = "55P03"  # lock_timeout, or NOWAIT
+QUERY_CANCELED = "57014"  # statement_timeout, or a cancel on kill
+ADMIN_SHUTDOWN = "57P01"
+CRASH_SHUTDOWN = "57P02"
+CANNOT_CONNECT_NOW = "57P03"
+
 TRANSIENT_SQLSTATES = frozenset(
     {
-        "55P03",  # lock_not_available (lock_timeout)
-        "57014",  # query_canceled (statement_timeout, or a cancel on kill)
-        "40001",  # serialization_failure
-        "40P01",  # deadlock_detected
-        "57P01",  # admin_shutdown
-        "57P02",  # crash_shutdown
-        "57P03",  # cannot_connect_now
-        "53000",  # insufficient_resources
-        "53100",  # disk_full: worth a retry once space is freed
-        "53200",  # out_of_memory
-        "53300",  # too_many_connections
+        LOCK_NOT_AVAILABLE,
+        QUERY_CANCELED,
+        SERIALIZATION_FAILURE,
+        DEADLOCK_DETECTED,
+        ADMIN_SHUTDOWN,
+        CRASH_SHUTDOWN,
+        CANNOT_CONNECT_NOW,
+        INSUFFICIENT_RESOURCES,
+        DISK_FULL,  # worth a retry once space is freed
+        OUT_OF_MEMORY,
+        TOO_MANY_CONNECTIONS,
     }
 )
 

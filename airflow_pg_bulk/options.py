@@ -39,8 +39,10 @@ MODE_HELP: dict[str, str] = {
     "replace_partitions": "on a partitioned target, each table partition that receives a loaded "
     "row ends up with exactly its loaded rows; the other table partitions are not touched",
 }
-ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")
+ON_DUPLICATE_KEY: tuple[str, ...] = ("last", "fail")  # plan.codes.OnDuplicateKey
 STRATEGIES: tuple[str, ...] = ("auto", "in_place", "rebuild")  # plan.codes.RowStrategy
+ON_ERROR: tuple[str, ...] = ("fail", "reject")  # plan.codes.OnError
+FORMATS: tuple[str, ...] = ("csv", "text", "parquet")  # plan.codes.CopyFormat
 DEFAULT_PARTITION_BYTES = 64 << 20  # see docs/tuning.md: how the default was measured
 TAB_SPELLINGS: tuple[str, ...] = ("\t", "\\t", "\\\\t", "tab", "TAB")
 
@@ -174,7 +176,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "format", str, "csv",
         "`csv`, `text` (PostgreSQL's text format) or `parquet` (columns matched to the table's "
         "by name, row groups split over COPY streams; needs `airflow-pg-bulk[parquet]`)",
-        "`csv`", "copy", choices=("csv", "text", "parquet"),
+        "`csv`", "copy", choices=FORMATS,
     ),
     LoadOption(
         "header", bool, False,
@@ -297,7 +299,7 @@ OPTIONS: tuple[LoadOption, ...] = (
         "on_error", str, "fail",
         "`fail`: the first bad row fails the load, naming file, line, column and value; "
         "`reject`: rows PostgreSQL cannot parse or convert go to `reject_table` and the rest load",
-        "`fail`", "errors", choices=("fail", "reject"),
+        "`fail`", "errors", choices=ON_ERROR,
     ),
     LoadOption(
         "max_rejects", int, 0,

@@ -16,7 +16,7 @@ from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.db.driver import close_cancelling, connect, stop
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.errors import BadDataError, TransientLoadError
+from airflow_pg_bulk.errors import QUERY_CANCELED, BadDataError, TransientLoadError
 from airflow_pg_bulk.loading import cleanup as cleaning
 from airflow_pg_bulk.loading import ledger, sources
 from airflow_pg_bulk.loading import preview as previewing
@@ -220,7 +220,7 @@ class LoadControl:
         """The error a step of a stopped load meets."""
         return LoadStopped(
             f"load {self.load_id} was stopped: its running statements were cancelled",
-            sqlstate="57014",
+            sqlstate=QUERY_CANCELED,
         )
 
     def stop(self) -> StopReport:

@@ -23,7 +23,7 @@ import psycopg
 from psycopg import sql as pg3sql
 from psycopg.adapt import Dumper
 
-from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import QUERY_CANCELED, LoadRefusedError, TransientLoadError
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ def plain_cursor(conn: Any) -> Any:
     if conn in _stopped:
         raise TransientLoadError(
             "the task was killed: its running statement was cancelled and no other starts",
-            sqlstate="57014",
+            sqlstate=QUERY_CANCELED,
         )
     if is_psycopg2(conn):
         import psycopg2.extensions

@@ -18,7 +18,7 @@ from airflow_pg_bulk.db.driver import (
     server_version,
     stop,
 )
-from airflow_pg_bulk.errors import TransientLoadError
+from airflow_pg_bulk.errors import QUERY_CANCELED, TransientLoadError
 
 CLIENT_CHECK_INTERVAL = "10s"  # a backend whose client died stops its statement within this
 
@@ -97,12 +97,12 @@ class Sessions:
 def _killed() -> TransientLoadError:
     return TransientLoadError(
         "the task was killed: its running statements were cancelled and no other starts",
-        sqlstate="57014",
+        sqlstate=QUERY_CANCELED,
     )
 
 
 def _killed() -> TransientLoadError:
     return TransientLoadError(
         "the task was killed: its running statements were cancelled and no other starts",
-        sqlstate="57014",
+        sqlstate=QUERY_CANCELED,
     )

@@ -22,6 +22,7 @@ from airflow_pg_bulk.db.driver import (
     server_error,
 )
 from airflow_pg_bulk.errors import (
+    LOCK_NOT_AVAILABLE,
     TRANSIENT_SQLSTATES,
     BadDataError,
     ConstraintViolationError,
@@ -141,7 +142,9 @@ def finalize_server_error(
     t = plan.target
     if err.sqlstate in TRANSIENT_SQLSTATES:
         waited = (
-            f", lock_timeout is {plan.settings.lock_timeout}" if err.sqlstate == "55P03" else ""
+            f", lock_timeout is {plan.settings.lock_timeout}"
+            if err.sqlstate == LOCK_NOT_AVAILABLE
+            else ""
         )
         return TransientLoadError(
             f"finalize of {t.qualified}: {err.message} (SQLSTATE {err.sqlstate}{waited}); "

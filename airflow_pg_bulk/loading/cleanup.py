@@ -18,7 +18,7 @@ from airflow_pg_bulk.db.driver import (
     scalar,
     server_error,
 )
-from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import LOCK_NOT_AVAILABLE, LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.loading.ledger import comment_record
 from airflow_pg_bulk.plan import LoadPlan, Settings
 
@@ -62,7 +62,7 @@ def cleanup(
                 f"{schema}: another session held a lock on it past lock_timeout "
                 f"({lock_timeout}) {attempts} times. Retry the cleanup task, or drop them by "
                 "hand once that session has ended (see pg_locks)",
-                sqlstate="55P03",
+                sqlstate=LOCK_NOT_AVAILABLE,
             )
         pause = backoff * 2 ** (attempt - 1)
         log.warning(
@@ -96,7 +96,7 @@ def _drop_each(
         execute(conn, sql.drop_tables(schema, names))
         conn.commit()
     except Exception as exc:
-        if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+        if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
             raise
         rollback_quietly(conn)
     else:
@@ -111,7 +111,7 @@ def _drop_each(
             execute(conn, sql.drop_table(schema, name, if_exists=True))
             conn.commit()
         except Exception as exc:
-            if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+            if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
                 raise
             rollback_quietly(conn)
             left.append(name)
@@ -203,7 +203,8 @@ def drop_abandoned(conn: DatabaseConnection, plan: LoadPlan) -> list[str]:
             rollback_quietly(conn)
             if not is_database_error(exc):
                 raise
-            locked = server_error(exc).sqlstate == "55P03"  # in use: a COPY of it, a reader
+            # locked: in use, by a COPY of it or a reader
+            locked = server_error(exc).sqlstate == LOCK_NOT_AVAILABLE
             log.log(
                 logging.INFO if locked else logging.WARNING,
                 "Load %s: left the tables of load %s into %s: %s",
@@ -302,7 +303,7 @@ def _in_use(conn: DatabaseConnection, schema: str, ledger: str) -> bool:
     try:
         execute(conn, sql.lock_tables([(schema, ledger)], "ACCESS EXCLUSIVE"))
     except Exception as exc:
-        if not (is_database_error(exc) and server_error(exc).sqlstate == "55P03"):
+        if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
             raise
         execute(conn, sql.rollback_to("pgbulk_leftover"))
         return True

@@ -71,6 +71,87 @@ class Identity(enum.StrEnum):
     BY_DEFAULT = "d"
 
 
+class SequenceKind(enum.StrEnum):
+    """How a sequence is tied to a target column (:attr:`OwnedSequence.kind`), as
+    :func:`airflow_pg_bulk.sql.catalog.owned_sequences` names the ``pg_depend.deptype``."""
+
+    IDENTITY = "identity"  # deptype 'i': internal to an identity column
+    SERIAL = "serial"  # deptype 'a': OWNED BY a column (serial, or set by hand)
+
+    @property
+    def of_identity_column(self) -> bool:
+        """The sequence of an identity column: staging draws from it where the column is not
+        loaded, and a swap renames the old one and carries its position to the new table's."""
+        return self is SequenceKind.IDENTITY
+
+    @property
+    def owned_by_column(self) -> bool:
+        """A sequence OWNED BY a column (``serial``): a swap makes the new table's column its
+        owner."""
+        return self is SequenceKind.SERIAL
+
+
+class CopyFormat(enum.StrEnum):
+    """The source files' format (``format=``; declared in :data:`airflow_pg_bulk.options.FORMATS`);
+    what each means for prepare and the COPY task is its class in
+    :mod:`airflow_pg_bulk.source.formats`, chosen from it by
+    :func:`airflow_pg_bulk.source.formats.for_copy`."""
+
+    CSV = "csv"
+    TEXT = "text"  # PostgreSQL's text format
+    PARQUET = "parquet"
+
+    @property
+    def delimited(self) -> bool:
+        """Records of delimited fields, sent to COPY as they are: ``header``, ``delimiter``,
+        ``null`` and ``encoding`` apply (csv and text)."""
+        return self is not CopyFormat.PARQUET
+
+    @property
+    def is_csv(self) -> bool:
+        """COPY's CSV: quoted fields (``quote``, ``escape``), ``,`` the default delimiter, and
+        its own end-of-data rule (:func:`airflow_pg_bulk.source.records.marker_rule`)."""
+        return self is CopyFormat.CSV
+
+    @property
+    def names_types(self) -> bool:
+        """The files name their columns' types (Parquet): ``create_target`` can create the
+        table from them."""
+        return self is CopyFormat.PARQUET
+
+
+class OnError(enum.StrEnum):
+    """What a row PostgreSQL cannot parse or convert does to the load (``on_error=``; declared
+    in :data:`airflow_pg_bulk.options.ON_ERROR`)."""
+
+    FAIL = "fail"
+    REJECT = "reject"
+
+    @property
+    def rejects(self) -> bool:
+        """Bad rows are set aside in the reject table and the rest load (up to
+        ``max_rejects``), rather than the first one failing the load."""
+        return self is OnError.REJECT
+
+
+class OnDuplicateKey(enum.StrEnum):
+    """What an upsert does with a key loaded more than once (``on_duplicate_key=``; declared
+    in :data:`airflow_pg_bulk.options.ON_DUPLICATE_KEY`)."""
+
+    LAST = "last"
+    FAIL = "fail"
+
+    @property
+    def latest_wins(self) -> bool:
+        """The row latest in source order is the one merged."""
+        return self is OnDuplicateKey.LAST
+
+    @property
+    def refuses_duplicates(self) -> bool:
+        """A key loaded more than once fails the load, naming it, before any row is merged."""
+        return self is OnDuplicateKey.FAIL
+
+
 class RowStrategy(enum.StrEnum):
     """How an append or upsert adds its rows to the target (``strategy=``; declared with its
     help in :data:`airflow_pg_bulk.options.STRATEGIES`). A request may ask for ``AUTO``; a

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from airflow_pg_bulk.plan.codes import PartitionStrategy
+from airflow_pg_bulk.plan.codes import PartitionStrategy, SequenceKind
 from airflow_pg_bulk.plan.plain import PlainData
 
 
@@ -88,7 +88,10 @@ class OwnedSequence(PlainData):
     schema: str
     name: str
     column: str
-    kind: str
+    kind: SequenceKind
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", SequenceKind(self.kind))  # a plain str from the catalog
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_pg_bulk.plan.codes import Mode, RowStrategy
+from airflow_pg_bulk.plan.codes import Mode, OnDuplicateKey, RowStrategy
 from airflow_pg_bulk.plan.definition import TargetDefinition
 from airflow_pg_bulk.plan.plain import PlainData
 from airflow_pg_bulk.plan.request import CopyOptions, DatabaseSource, ErrorPolicy, Settings
@@ -90,9 +90,13 @@ class UpsertSpec(PlainData):
 
     key: tuple[str, ...]
     index: str
-    on_duplicate_key: str = "last"
+    on_duplicate_key: OnDuplicateKey = OnDuplicateKey.LAST
     key_may_be_null: bool = False
     override_identity: bool = False
+
+    def __post_init__(self) -> None:
+        # a plain str from to_dict / XCom
+        object.__setattr__(self, "on_duplicate_key", OnDuplicateKey(self.on_duplicate_key))
 
 
 @dataclass(frozen=True)

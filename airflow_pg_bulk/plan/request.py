@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.options import default
-from airflow_pg_bulk.plan.codes import Mode, RowStrategy
+from airflow_pg_bulk.plan.codes import CopyFormat, Mode, OnDuplicateKey, OnError, RowStrategy
 from airflow_pg_bulk.plan.plain import PlainData
 
 DEFAULT_REJECT_TABLE = "pgbulk_rejects"
@@ -36,7 +36,8 @@ class CopyOptions(PlainData):
     :param encoding: the files' encoding, as PostgreSQL names it (``UTF8``, ``LATIN1``, ...).
     """
 
-    format: str = default("format")
+    # (the declared default, a str; made the member in __post_init__)
+    format: CopyFormat = default("format")  # noqa: RUF009
     header: bool = default("header")
     delimiter: str | None = default("delimiter")
     null: str | None = default("null")
@@ -48,23 +49,24 @@ class CopyOptions(PlainData):
         formats = load_options.BY_NAME["format"].choices
         if self.format not in formats:  # type: ignore[operator]
             raise ValueError(f"format must be one of {formats}, not {self.format!r}")
+        object.__setattr__(self, "format", CopyFormat(self.format))
         for name in ("delimiter", "quote", "escape"):
             value = getattr(self, name)
             if value is not None and len(value.encode()) != 1:
                 raise ValueError(f"{name} must be a single one-byte character, not {value!r}")
-        if self.format == "text" and (self.quote != '"' or self.escape is not None):
-            raise ValueError("quote and escape apply to format='csv' only")
         csv_only = (self.header, self.delimiter, self.null, self.quote, self.escape, self.encoding)
-        if self.format == "parquet" and csv_only != (False, None, None, '"', None, "UTF8"):
+        if not self.format.delimited and csv_only != (False, None, None, '"', None, "UTF8"):
             raise ValueError(
                 "header, delimiter, null, quote, escape and encoding apply to csv and text: a "
                 "Parquet file names its columns (matched to the table's by name) and types"
             )
+        if not self.format.is_csv and (self.quote != '"' or self.escape is not None):
+            raise ValueError("quote and escape apply to format='csv' only")
 
     @property
     def effective_delimiter(self) -> str:
         """The delimiter COPY will use."""
-        return self.delimiter or ("," if self.format == "csv" else "\t")
+        return self.delimiter or ("," if self.format.is_csv else "\t")
 
     @property
     def effective_escape(self) -> str:
@@ -122,7 +124,8 @@ class ErrorPolicy(PlainData):
         them); each says its load id, source file, line, raw line and error.
     """
 
-    on_error: str = default("on_error")
+    # (the declared default, a str; made the member in __post_init__)
+    on_error: OnError = default("on_error")  # noqa: RUF009
     max_rejects: int = default("max_rejects")
     reject_table: str | None = default("reject_table")
 
@@ -130,15 +133,16 @@ class ErrorPolicy(PlainData):
         choices = load_options.BY_NAME["on_error"].choices
         if self.on_error not in choices:  # type: ignore[operator]
             raise ValueError(f"on_error must be one of {choices}, not {self.on_error!r}")
+        object.__setattr__(self, "on_error", OnError(self.on_error))
         if self.max_rejects < 0:
             raise ValueError("max_rejects must be 0 or more")
-        if self.on_error == "fail" and self.max_rejects:
+        if not self.on_error.rejects and self.max_rejects:
             raise ValueError("max_rejects needs on_error='reject'")
 
     @property
     def rejecting(self) -> bool:
         """Bad rows are set aside rather than failing the load."""
-        return self.on_error == "reject"
+        return self.on_error.rejects
 
 
 #: ``split_by`` for ranges of a PostgreSQL ``source_table``'s blocks: its row locator
@@ -264,8 +268,8 @@ class LoadRequest(PlainData):
     columns: tuple[str, ...] | None = default("columns")
     staging_logged: bool | None = default("staging_logged")
     key: tuple[str, ...] | None = default("key")
-    on_duplicate_key: str = default("on_duplicate_key")
-    # (the declared default, a str; made the member in __post_init__)
+    # (these two: the declared default, a str; made the member in __post_init__)
+    on_duplicate_key: OnDuplicateKey = default("on_duplicate_key")  # noqa: RUF009
     strategy: RowStrategy = default("strategy")  # noqa: RUF009
     settings: Settings = Settings()
     errors: ErrorPolicy = ErrorPolicy()
@@ -294,7 +298,10 @@ class LoadRequest(PlainData):
                 f"on_duplicate_key must be one of {load_options.ON_DUPLICATE_KEY}, "
                 f"not {self.on_duplicate_key!r}"
             )
-        if not self.mode.keyed and (self.key is not None or self.on_duplicate_key != "last"):
+        object.__setattr__(self, "on_duplicate_key", OnDuplicateKey(self.on_duplicate_key))
+        if not self.mode.keyed and (
+            self.key is not None or self.on_duplicate_key.refuses_duplicates
+        ):
             raise ValueError("key and on_duplicate_key apply to mode='upsert' only")
         if self.strategy not in load_options.STRATEGIES:
             raise ValueError(
@@ -317,7 +324,7 @@ class LoadRequest(PlainData):
         if not self.from_database:
             if not self.source:
                 raise ValueError("source must name at least one file or glob")
-            if self.create_target and self.copy.format != "parquet":
+            if self.create_target and not self.copy.format.names_types:
                 raise ValueError(
                     "create_target applies to a database source (query or source_table) or to "
                     "Parquet files (whose schema names the types): create the table first for "

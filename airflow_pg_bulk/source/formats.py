@@ -29,6 +29,7 @@ from airflow_pg_bulk.plan import (
     TargetDefinition,
     planning,
 )
+from airflow_pg_bulk.plan.codes import CopyFormat
 from airflow_pg_bulk.source import cutting, header, parquet, records
 from airflow_pg_bulk.source.listing import SourceFile, list_sources
 from airflow_pg_bulk.source.syntax import RecordSyntax
@@ -203,9 +204,9 @@ class Parquet:
 def for_copy(copy: CopyOptions) -> Format:
     """The format a load's COPY options name: the one place that decides it."""
     match copy.format:
-        case "parquet":
+        case CopyFormat.PARQUET:
             return Parquet(copy)
-        case "csv" | "text":
+        case CopyFormat.CSV | CopyFormat.TEXT:
             return Delimited(copy, RecordSyntax.of(copy))
         case other:
             raise ValueError(f"unknown format {other!r}")

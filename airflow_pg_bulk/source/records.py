@@ -35,6 +35,7 @@ import functools
 import re
 from collections.abc import Iterable, Iterator
 
+from airflow_pg_bulk.plan.codes import CopyFormat
 from airflow_pg_bulk.source import charsets
 from airflow_pg_bulk.source.boundaries import first_terminator
 from airflow_pg_bulk.source.syntax import RecordSyntax
@@ -60,9 +61,9 @@ class MarkerRule(enum.Enum):
     ALONE = "alone on its line"
 
 
-def marker_rule(fmt: str, server_version: int) -> MarkerRule:
-    """The end-of-data rule for a COPY format on a server version (e.g. 150020)."""
-    if fmt == "csv":
+def marker_rule(fmt: CopyFormat | str, server_version: int) -> MarkerRule:
+    """The end-of-data rule for a COPY format (csv or text) on a server version (e.g. 150020)."""
+    if CopyFormat(fmt).is_csv:
         return MarkerRule.NONE if server_version >= 180000 else MarkerRule.RECORD_START
     return MarkerRule.ALONE if server_version >= 180000 else MarkerRule.ANYWHERE
 

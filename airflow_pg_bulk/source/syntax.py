@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from airflow_pg_bulk.plan.codes import CopyFormat
+
 if TYPE_CHECKING:
     from airflow_pg_bulk.plan import CopyOptions
 
@@ -52,26 +54,30 @@ class RecordSyntax:
         CR, LF or NUL.
     """
 
-    format: str = "csv"
+    format: CopyFormat = CopyFormat.CSV  # or its text, in any case: made the member
     quote: bytes = b'"'
     escape: bytes = b'"'
 
     def __post_init__(self) -> None:
         fmt = self.format.lower() if isinstance(self.format, str) else self.format
-        if fmt not in ("csv", "text"):
+        try:
+            known = CopyFormat(fmt)
+        except (ValueError, TypeError):
+            known = None
+        if known is None or not known.delimited:
             raise ValueError(f"format must be 'csv' or 'text', not {self.format!r}")
-        object.__setattr__(self, "format", fmt)
+        object.__setattr__(self, "format", known)
         object.__setattr__(self, "quote", one_byte("quote", self.quote))
         object.__setattr__(self, "escape", one_byte("escape", self.escape))
 
     @property
     def is_csv(self) -> bool:
         """True for the csv format."""
-        return self.format == "csv"
+        return self.format.is_csv
 
     @classmethod
     def of(cls, copy: CopyOptions) -> RecordSyntax:
         """How records end in files read with these COPY options (csv quote and escape)."""
-        if copy.format == "csv":
-            return cls("csv", copy.quote.encode(), copy.effective_escape.encode())
-        return cls("text")
+        if copy.format.is_csv:
+            return cls(copy.format, copy.quote.encode(), copy.effective_escape.encode())
+        return cls(copy.format)

@@ -289,7 +289,7 @@ def copy_from_stdin(
     ]
     if opts.null is not None:
         options.append(SQL("NULL {}").format(Literal(opts.null)))
-    if opts.format == "csv":
+    if opts.format.is_csv:
         options.append(SQL("QUOTE {}").format(Literal(opts.quote)))
         options.append(SQL("ESCAPE {}").format(Literal(opts.effective_escape)))
     if skip_bad_values:

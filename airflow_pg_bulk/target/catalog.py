@@ -15,7 +15,7 @@ from airflow_pg_bulk.db.driver import (
     scalar,
     server_error,
 )
-from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.errors import DUPLICATE_TABLE, UNIQUE_VIOLATION, LoadRefusedError
 from airflow_pg_bulk.plan import (
     Column,
     ConstraintDef,
@@ -423,4 +423,4 @@ def create_if_missing(
     execute(conn, sql.release("pgbulk_create"))
 
 
-_ALREADY_THERE = {"42P07", "23505"}  # duplicate table; unique violation in pg_type/pg_class
+_ALREADY_THERE = {DUPLICATE_TABLE, UNIQUE_VIOLATION}  # the latter in pg_type/pg_class

@@ -36,14 +36,13 @@ from airflow_pg_bulk.db.driver import (
     scalar,
     server_error,
 )
-from airflow_pg_bulk.errors import TransientLoadError
+from airflow_pg_bulk.errors import LOCK_NOT_AVAILABLE, TransientLoadError
 
 log = logging.getLogger(__name__)
 
 TRY_MS = 20  # the longest a reader queues behind one try
 PAUSE_SECONDS = (0.02, 0.25)  # between tries: from the first, doubling up to the last
 _SAVEPOINT = "pgbulk_lock"
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 def lock_for_swap(
@@ -85,7 +84,7 @@ def lock_for_swap(
                 ),
             )
         except Exception as exc:
-            if not is_database_error(exc) or server_error(exc).sqlstate != _LOCK_NOT_AVAILABLE:
+            if not is_database_error(exc) or server_error(exc).sqlstate != LOCK_NOT_AVAILABLE:
                 raise
             execute(conn, sql.rollback_to(_SAVEPOINT))
             if deadline is not None and time.monotonic() + pause > deadline:
@@ -95,7 +94,7 @@ def lock_for_swap(
                     f"({budget_ms} ms, {tries} tries of {TRY_MS} ms each): other sessions "
                     "kept using it. Nothing was swapped; a retry goes on where this attempt "
                     "stopped",
-                    sqlstate=_LOCK_NOT_AVAILABLE,
+                    sqlstate=LOCK_NOT_AVAILABLE,
                 ) from exc
             time.sleep(pause * random.uniform(0.5, 1.0))
             pause = min(pause * 2, PAUSE_SECONDS[1])

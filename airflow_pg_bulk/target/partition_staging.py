@@ -39,7 +39,7 @@ from airflow_pg_bulk.db.driver import (
     server_error,
     server_version,
 )
-from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
+from airflow_pg_bulk.errors import CHECK_VIOLATION, BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.target import catalog, staging, violations
 
@@ -196,9 +196,6 @@ def layout_of(plan: LoadPlan) -> Layout:
     return STAGING_BY_PARTITION if plan.staging_layout.by_partition else ONE_STAGING_TABLE
 
 
-_CHECK_VIOLATION = "23514"  # a CHECK, or "no partition of relation ... found for row"
-
-
 class _CheckFailed(Exception):
     """A staged row that no partition of the target takes (in the DEFAULT partition of a
     staging partitioned like the target): :func:`_naming_unrouted_rows` names it."""
@@ -215,7 +212,7 @@ def _naming_unrouted_rows(
         yield
     except Exception as exc:
         if not isinstance(exc, _CheckFailed) and not (
-            is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION
+            is_database_error(exc) and server_error(exc).sqlstate == CHECK_VIOLATION
         ):
             raise
         rollback_quietly(conn)
@@ -277,7 +274,7 @@ def _one_partition(
             ),
         )
     except Exception as exc:
-        if not (is_database_error(exc) and server_error(exc).sqlstate == _CHECK_VIOLATION):
+        if not (is_database_error(exc) and server_error(exc).sqlstate == CHECK_VIOLATION):
             raise
         execute(conn, sql.rollback_to(_ALONE))
         return None

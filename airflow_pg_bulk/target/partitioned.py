@@ -147,7 +147,7 @@ def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
         ),
     )
     for seq in t.sequences:
-        if seq.kind == "identity" and seq.column not in plan.columns:
+        if seq.kind.of_identity_column and seq.column not in plan.columns:
             # numbered from the target's sequence, as an INSERT into the target would be
             execute(
                 conn,

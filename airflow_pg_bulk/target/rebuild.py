@@ -285,7 +285,7 @@ def _upsert_rows(
         raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
     if not plan.staging_logged:
         staging.check_rows(conn, plan, rows)
-    if spec.on_duplicate_key != "last":
+    if spec.on_duplicate_key.refuses_duplicates:
         upsert.refuse_duplicates(conn, plan)
     before = scalar(conn, sql.count_rows(t.schema, t.table))
     if sessions is None:
@@ -358,7 +358,7 @@ def _fill_range(
     drawn = [
         (s.column, s.schema, s.name)
         for s in t.sequences
-        if s.kind == "identity" and s.column not in plan.columns
+        if s.kind.of_identity_column and s.column not in plan.columns
     ]
     inserted = insert(
         sql.loaded_not_in_target(t.schema, t.table, latest, spec.key, nullable),

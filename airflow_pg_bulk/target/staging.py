@@ -45,7 +45,7 @@ def create_like(conn: DatabaseConnection, plan: LoadPlan) -> None:
         ),
     )
     for seq in t.sequences:
-        if seq.kind == "identity" and seq.column not in plan.columns:
+        if seq.kind.of_identity_column and seq.column not in plan.columns:
             execute(conn, sql.drop_identity(t.schema, plan.staging_table, seq.column))
             execute(
                 conn,

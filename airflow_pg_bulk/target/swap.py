@@ -48,7 +48,7 @@ def swap_in(
     views = execute(conn, sql.dependent_views(now.oid))
     identity_positions = {}
     for seq in t.sequences:
-        if seq.kind == "identity":
+        if seq.kind.of_identity_column:
             identity_positions[seq.column] = (
                 seq.name,
                 *execute(conn, sql.sequence_state(seq.schema, seq.name))[0],
@@ -64,7 +64,7 @@ def swap_in(
     for view_schema, view_name, _kind, body, options in views:
         execute(conn, sql.create_or_replace_view(view_schema, view_name, options, body))
     for seq in t.sequences:
-        if seq.kind == "serial":
+        if seq.kind.owned_by_column:
             execute(conn, sql.sequence_owned_by(seq.schema, seq.name, table, seq.column))
     # Keep the old table, renamed, its files for after the commit (drop_retired): a DROP
     # here would unlink them and drop their buffers while the lock is held. Make way for the
@@ -74,7 +74,7 @@ def swap_in(
     load_id = plan.load_id
     for number, index in enumerate(t.indexes):
         execute(conn, sql.rename_index(schema, index.name, naming.retired_index(load_id, number)))
-    for number, seq in enumerate(s for s in t.sequences if s.kind == "identity"):
+    for number, seq in enumerate(s for s in t.sequences if s.kind.of_identity_column):
         old_name = naming.retired_sequence(load_id, number)
         execute(conn, sql.rename_sequence(seq.schema, seq.name, old_name))
     exclusions = (c for c in t.constraints if c.kind == ConstraintKind.EXCLUSION)
@@ -154,8 +154,8 @@ def _restore_identity(conn: DatabaseConnection, plan: LoadPlan) -> None:
     stage = plan.staging_table
     always = {c.name: c.identity == Identity.ALWAYS for c in t.columns}
     kinds = {row[0]: row[1] for row in execute(conn, sql.column_settings(t.schema, stage))}
-    for number, seq in enumerate(s for s in t.sequences if s.kind == "identity"):
-        if kinds.get(seq.column) != "":
+    for number, seq in enumerate(s for s in t.sequences if s.kind.of_identity_column):
+        if kinds.get(seq.column) != Identity.NONE:
             continue  # an identity (LIKE the target's), or no such column
         execute(conn, sql.set_default(t.schema, stage, seq.column, None))
         execute(

@@ -80,7 +80,7 @@ def make_visible(
     spec = plan.upsert
     if spec is None:
         raise ValueError(f"load {plan.load_id} is an upsert without a key in its plan")
-    latest_wins = spec.on_duplicate_key == "last"
+    latest_wins = spec.on_duplicate_key.latest_wins
     with clock.phase("upsert"), history.visible(conn, plan, totals):
         # the ordering rule, serialised with the other loads of the target by that lock
         history.refuse_overwriting_newer(conn, plan)
@@ -140,7 +140,7 @@ def _drawn(conn: DatabaseConnection, plan: LoadPlan, partition: str) -> list[tup
     return [
         (s.column, s.schema, s.name)
         for s in plan.target.sequences
-        if s.kind == "identity" and s.column not in plan.columns and s.column not in numbered
+        if s.kind.of_identity_column and s.column not in plan.columns and s.column not in numbered
     ]
 
 

@@ -52,7 +52,7 @@ from airflow_pg_bulk.db.driver import (
     rollback_quietly,
 )
 from airflow_pg_bulk.db.translate import truncate
-from airflow_pg_bulk.errors import BadDataError
+from airflow_pg_bulk.errors import NOT_NULL_VIOLATION, UNIQUE_VIOLATION, BadDataError
 from airflow_pg_bulk.plan import LoadPlan, Piece
 from airflow_pg_bulk.source import lines, listing, reading
 from airflow_pg_bulk.source.listing import SourceKind
@@ -193,7 +193,7 @@ def _checks(
     are those with the key value the server names (``Key (id)=(1) already exists``; another
     key loaded twice is not the one the error is about)."""
     t = plan.target
-    if err.sqlstate == "23502":
+    if err.sqlstate == NOT_NULL_VIOLATION:
         match = _NOT_NULL_COLUMN.search(err.message)
         column = match.group(1).replace('""', '"') if match else None
         if column not in plan.columns:
@@ -268,7 +268,7 @@ def _key_value(err: ServerError) -> str | None:
     """The key's value as a duplicate key error's detail renders it (``1, 5`` of ``Key (id,
     n)=(1, 5) already exists.``), or None."""
     match = _KEY_DETAIL.fullmatch(err.detail or "")
-    return match.group(1) if match and err.sqlstate == "23505" else None
+    return match.group(1) if match and err.sqlstate == UNIQUE_VIOLATION else None
 
 
 def _within(condition: sql.Composable, within: list[sql.Composable]) -> sql.Composable:
