@@ -33,11 +33,13 @@ from airflow_pg_bulk.db.mysql_connector import (
     connector_extension,
     is_text,
     pymysql_text,
+    rendered,
     row_decoder,
 )
 from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.loading.database.connections import alchemy_connection, reason
 from airflow_pg_bulk.loading.database.urls import held_url
+from airflow_pg_bulk.sql.copy_lines import Field, alchemy_copy_lines
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,11 @@ class AlchemyReader:
         """The rows of ``statement`` (SQLAlchemy) on the source ``source_name``, in batches."""
         with alchemy_connection(source_name, copy=True) as src:
             yield AlchemyBatches(src.execution_options(stream_results=True).execute(statement))
+
+    @contextlib.contextmanager
+    def lines(self, source_name: str, rows: Any) -> Iterator[Lines | None]:
+        """None: the source's COPY text lines are read by :class:`ConnectorReader` only."""
+        yield None
 
 
 class Batches:
@@ -122,26 +129,75 @@ class ConnectorReader:
         return cls(*mapped)
 
     @contextlib.contextmanager
-    def batches(self, source_name: str, statement: Any) -> Iterator[Batches]:
-        """The rows of ``statement`` (SQLAlchemy, sent as PyMySQL would) on ``source_name``."""
+    def _cursor(self, source_name: str) -> Iterator[Any]:
+        """A raw unbuffered cursor on a connection of its own to ``source_name``."""
         import mysql.connector
 
-        url = held_url(source_name)
-        text = pymysql_text(url, statement, self._arguments["charset"])
         try:
             conn = mysql.connector.connect(use_pure=False, **self._arguments)
         except Exception as exc:
             raise TransientLoadError(
-                f"source {source_name}: cannot connect to the database: {reason(exc, url)}; "
-                "nothing was changed"
+                f"source {source_name}: cannot connect to the database: "
+                f"{reason(exc, held_url(source_name))}; nothing was changed"
             ) from None
         try:
-            cursor = conn.cursor(raw=True, buffered=False)
-            cursor.execute(text)
-            yield ConnectorBatches(cursor, self._encoding)
+            yield conn.cursor(raw=True, buffered=False)
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
+
+    def _run(self, source_name: str, cursor: Any, statement: Any) -> None:
+        """``statement`` (SQLAlchemy) executed on ``cursor`` as PyMySQL would send it."""
+        cursor.execute(pymysql_text(held_url(source_name), statement, self._arguments["charset"]))
+
+    @contextlib.contextmanager
+    def batches(self, source_name: str, statement: Any) -> Iterator[Batches]:
+        """The rows of ``statement`` (SQLAlchemy, sent as PyMySQL would) on ``source_name``."""
+        with self._cursor(source_name) as cursor:
+            self._run(source_name, cursor, statement)
+            yield ConnectorBatches(cursor, self._encoding)
+
+    @contextlib.contextmanager
+    def lines(self, source_name: str, rows: Any) -> Iterator[Lines | None]:
+        """The rows of ``rows`` (a SQLAlchemy subquery:
+        :func:`airflow_pg_bulk.sql.source.alchemy_range_rows`) on ``source_name`` as COPY
+        text lines the server makes (:func:`airflow_pg_bulk.sql.copy_lines.alchemy_copy_lines`,
+        each column as :func:`~airflow_pg_bulk.db.mysql_connector.rendered` says for its type
+        in the description of ``rows`` without rows); None (said in an INFO line) where a
+        column's type is rendered so by none, or the connection's charset is not utf8mb4
+        (the text protocol's conversion to another charset is what the rows path loads)."""
+        import sqlalchemy
+
+        if self._arguments["charset"] != "utf8mb4":
+            log.info("Source %s: COPY lines not made by the server: its charset is not "
+                     "utf8mb4", source_name)  # fmt: skip
+            yield None
+            return
+        with self._cursor(source_name) as cursor:
+            no_rows = sqlalchemy.select(sqlalchemy.text("*")).select_from(rows).limit(0)
+            self._run(source_name, cursor, no_rows)
+            cursor.fetchall()
+            described = [(c[0], rendered(c[1], c[8]), bool(c[6])) for c in cursor.description]
+            fields = [Field(name, how, null) for name, how, null in described if how is not None]
+            if len(fields) < len(described):
+                others = ", ".join(name for name, how, _ in described if how is None)
+                log.info("Source %s: COPY lines not made by the server: no text of the type "
+                         "of %s", source_name, others)  # fmt: skip
+                yield None
+                return
+            self._run(source_name, cursor, alchemy_copy_lines(rows, fields))
+            yield ConnectorLines(cursor)
+
+
+class Lines:
+    """A source's rows as COPY text chunks (each of whole lines, ``\\n``-ended), rows and
+    bytes counted as they go (:attr:`rows`, :attr:`bytes`)."""
+
+    rows: int
+    bytes: int
+
+    def __iter__(self) -> Iterator[bytes]:  # pragma: no cover - protocol
+        raise NotImplementedError
 
 
 class ConnectorBatches(Batches):
@@ -159,6 +215,33 @@ class ConnectorBatches(Batches):
         while batch:
             self.rows += len(batch)
             yield self._decoded(batch)
+            batch = fetch(YIELD_PER)
+
+
+class ConnectorLines(Lines):
+    """A raw unbuffered cursor's lines (one binary value a row), :data:`YIELD_PER` at a time
+    joined into one chunk; a NULL line (a value the server could not make:
+    :mod:`airflow_pg_bulk.sql.copy_lines`) fails it."""
+
+    def __init__(self, cursor: Any) -> None:
+        self._cursor = cursor
+        self.rows = 0
+        self.bytes = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        fetch = self._cursor.fetchmany
+        batch = fetch(YIELD_PER)
+        while batch:
+            lines = [line for (line,) in batch]
+            if None in lines:
+                raise ValueError(
+                    f"the server made no COPY line of row {self.rows + 1 + lines.index(None)}"
+                    " (a value longer than max_allowed_packet?)"
+                )
+            chunk = b"\n".join(lines) + b"\n"
+            self.rows += len(batch)
+            self.bytes += len(chunk)
+            yield chunk
             batch = fetch(YIELD_PER)
 
 
