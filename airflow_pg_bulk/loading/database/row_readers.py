@@ -18,7 +18,11 @@ Why: PyMySQL is pure Python; fetching 1,000,000 rows of four columns took 7.1 s 
 its ``SSCursor`` and 0.9 s through the C extension's raw cursor, 1.2 s with the values decoded
 into exactly PyMySQL's rows (:mod:`airflow_pg_bulk.db.mysql_connector`: text as ``str``, a
 binary column as ``bytes``), so the COPY writer, the row accounting and the errors' naming
-of a row, a column and a split key's value are the same for both readers."""
+of a row, a column and a split key's value are the same for both readers.
+
+The C extension's reader also reads a range as COPY text lines the server makes
+(:meth:`ConnectorReader.lines`, tried first by :mod:`.lines_copy`): one bytes value a row, no
+value decoded; PyMySQL's reader makes none (:meth:`AlchemyReader.lines`)."""
 
 from __future__ import annotations
 
