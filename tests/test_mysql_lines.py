@@ -251,3 +251,24 @@ def test_the_ways_are_tried_in_turn(source_lines: str) -> None:
     ways = piece.ways(plan)
     assert [w.copy for w in ways[1:]] == [lines_copy.copy_range, rows_copy.copy_range]
     assert "Arrow" in ways[0].how and arrow_copy.copy_range is not None
+
+
+def test_which_types_have_a_line() -> None:
+    """Numbers, dates and times as the server prints them; FLOAT and DOUBLE on MariaDB only
+    (their text in a string expression was compared with the text protocol's there, not on
+    MySQL); strings escaped, or as hex in the binary charset; BIT, GEOMETRY and MySQL's JSON
+    type none."""
+    from pymysql.constants import FIELD_TYPE as F
+
+    from airflow_pg_bulk.sql.copy_lines import Rendered
+
+    def rendered(field_type: int, charset: int = 63, mariadb: bool = True) -> Any:
+        return mysql_connector.rendered(field_type, charset, mariadb)
+
+    for as_is in (F.LONGLONG, F.NEWDECIMAL, F.DATE, F.DATETIME, F.TIMESTAMP, F.TIME, F.YEAR):
+        assert rendered(as_is) is rendered(as_is, mariadb=False) is Rendered.AS_IS
+    assert rendered(F.DOUBLE) is rendered(F.FLOAT) is Rendered.AS_IS
+    assert rendered(F.DOUBLE, mariadb=False) is rendered(F.FLOAT, mariadb=False) is None
+    assert rendered(F.VAR_STRING, 45) is rendered(F.BLOB, 224) is Rendered.ESCAPED
+    assert rendered(F.VAR_STRING) is rendered(F.BLOB) is rendered(F.STRING) is Rendered.HEX
+    assert rendered(F.BIT) is rendered(F.GEOMETRY) is rendered(F.JSON, 45) is None

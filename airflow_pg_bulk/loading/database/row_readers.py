@@ -133,8 +133,8 @@ class ConnectorReader:
         return cls(*mapped)
 
     @contextlib.contextmanager
-    def _cursor(self, source_name: str) -> Iterator[Any]:
-        """A raw unbuffered cursor on a connection of its own to ``source_name``."""
+    def _connection(self, source_name: str) -> Iterator[Any]:
+        """A connection of its own to ``source_name``."""
         import mysql.connector
 
         try:
@@ -145,7 +145,7 @@ class ConnectorReader:
                 f"{reason(exc, held_url(source_name))}; nothing was changed"
             ) from None
         try:
-            yield conn.cursor(raw=True, buffered=False)
+            yield conn
         finally:
             with contextlib.suppress(Exception):
                 conn.close()
@@ -157,7 +157,8 @@ class ConnectorReader:
     @contextlib.contextmanager
     def batches(self, source_name: str, statement: Any) -> Iterator[Batches]:
         """The rows of ``statement`` (SQLAlchemy, sent as PyMySQL would) on ``source_name``."""
-        with self._cursor(source_name) as cursor:
+        with self._connection(source_name) as conn:
+            cursor = conn.cursor(raw=True, buffered=False)
             self._run(source_name, cursor, statement)
             yield ConnectorBatches(cursor, self._encoding)
 
@@ -177,11 +178,15 @@ class ConnectorReader:
                      "utf8mb4", source_name)  # fmt: skip
             yield None
             return
-        with self._cursor(source_name) as cursor:
+        with self._connection(source_name) as conn:
+            cursor = conn.cursor(raw=True, buffered=False)
             no_rows = sqlalchemy.select(sqlalchemy.text("*")).select_from(rows).limit(0)
             self._run(source_name, cursor, no_rows)
             cursor.fetchall()
-            described = [(c[0], rendered(c[1], c[8]), bool(c[6])) for c in cursor.description]
+            mariadb = "mariadb" in conn.server_info.lower()
+            described = [
+                (c[0], rendered(c[1], c[8], mariadb), bool(c[6])) for c in cursor.description
+            ]
             fields = [Field(name, how, null) for name, how, null in described if how is not None]
             if len(fields) < len(described):
                 others = ", ".join(name for name, how, _ in described if how is None)
