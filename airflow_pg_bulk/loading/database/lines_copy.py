@@ -34,15 +34,17 @@ def copy_range(
     source = plan.database
     assert source is not None
     rows = source_sql.alchemy_range_rows(source.query, source.table, source.split_by or "", bounds)
-    driver.execute(conn, sql.savepoint(_LINES))
+    saved = False
     try:
         with reader_for(source.name).lines(source.name, rows) as lines:
             if lines is None:
-                driver.execute(conn, sql.release(_LINES))
                 return None
+            driver.execute(conn, sql.savepoint(_LINES))
+            saved = True
             loaded = driver.copy_in(conn, statement, lines)
     except Exception as exc:
-        driver.execute(conn, sql.rollback_to(_LINES))
+        if saved:
+            driver.execute(conn, sql.rollback_to(_LINES))
         log.info(
             "Load %s: the COPY lines made by the source failed (%s); the rows are read again",
             plan.load_id,
