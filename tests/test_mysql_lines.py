@@ -1,12 +1,13 @@
 """A MariaDB/MySQL source read as COPY text lines made by the server
-(:mod:`airflow_pg_bulk.loading.database.lines_copy`, through mysql-connector-python's C
-extension): each line is, byte for byte, the COPY text of the rows path's row (PyMySQL's
-values), the targets the two load are equal, a column of a type without such a line (BIT)
-or a latin1 connection keeps the rows path, a value the target refuses is read again by the
-rows path, whose error names the row, and the rows counted are the rows loaded.
+(:mod:`airflow_pg_bulk.loading.database.lines_copy`), through each reader (PyMySQL's and
+mysql-connector-python's C extension's): each line is, byte for byte, the COPY text of the
+rows path's row (PyMySQL's values), the targets the lines and the rows load are equal, a
+column of a type without such a line (BIT) or a latin1 connection keeps the rows path, a
+value the target refuses is read again by the rows path, whose error names the row, and the
+rows counted are the rows loaded.
 
-The server: see ``tests/mariadb.py``; skipped with the reason where the C extension does not
-load (the lines are its reader's)."""
+The server: see ``tests/mariadb.py``; the C extension's reader skipped with the reason where
+it does not load."""
 
 from __future__ import annotations
 
@@ -87,24 +88,13 @@ def source_lines(mariadb: str) -> Iterator[str]:
         yield url
 
 
-@pytest.fixture
-def connector(monkeypatch: pytest.MonkeyPatch) -> type[Any]:
-    """mysql-connector-python's C extension's reader forced (skipped where it does not
-    load)."""
-    why = mysql_connector.connector_extension()
-    if why is not None:
-        pytest.skip(f"mysql-connector-python: {why}")
-    monkeypatch.setattr(row_readers, "forced", row_readers.ConnectorReader)
-    return row_readers.ConnectorReader
-
-
-def _lines(name: str, table: str) -> list[bytes]:
-    """The COPY text lines the server makes of ``table``'s rows (ordered by id)."""
-    reader = row_readers.ConnectorReader.for_source(name)
+def _lines(reader: type[Any], name: str, table: str) -> list[bytes]:
+    """The COPY text lines the server makes of ``table``'s rows (ordered by id), read by
+    ``reader``."""
     rows = source_sql.alchemy_range_rows(
         f"SELECT * FROM {table} ORDER BY id", None, "", (None, None)
     )
-    with reader.lines(name, rows) as lines:
+    with reader.for_source(name).lines(name, rows) as lines:
         assert lines is not None
         chunks = list(lines)
     text = b"".join(chunks)
@@ -113,7 +103,7 @@ def _lines(name: str, table: str) -> list[bytes]:
     return text.split(b"\n")[:-1]
 
 
-def test_each_line_is_the_rows_paths_copy_text(source_lines: str, connector: type[Any]) -> None:
+def test_each_line_is_the_rows_paths_copy_text(source_lines: str, reader: type[Any]) -> None:
     """Every line the server makes is, byte for byte, the COPY text the rows path writes of
     PyMySQL's row (:func:`copy_text.field` of each value, as psycopg's ``write_row``
     escapes it): NULL as ``\\N``; tab, newline, CR and backslash escaped; ``\\N`` as text;
@@ -124,7 +114,7 @@ def test_each_line_is_the_rows_paths_copy_text(source_lines: str, connector: typ
     with row_readers.AlchemyReader().batches(name, statement) as batches:
         rows = [row for batch in batches for row in batch]
     expected = ["\t".join(copy_text.field(value) for value in row).encode() for row in rows]
-    assert _lines(name, "awkward") == expected
+    assert _lines(reader, name, "awkward") == expected
     assert len(expected) == len(AWKWARD_ROWS) + len(TEXTS) + len(BYTES)
     assert b"\\\\x00ff0a5c" in expected[0] and b"\\N" in expected[2]
 
@@ -138,19 +128,22 @@ def test_lines_load_the_rows_paths_target(
     db: Any,
     connect: Callable[[], Any],
     source_lines: str,
-    connector: type[Any],
+    reader: type[Any],
     monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """The same awkward rows loaded by the lines and by the rows path (PyMySQL's cursor,
-    whose rows the C extension's equal: ``test_mysql_source``) give equal targets, typed
-    (bytea, float4/8, numeric, interval, jsonb, uuid, inet...), every row counted."""
+    """The same awkward rows loaded by the lines and by the same reader's rows (the lines'
+    way made to decline) give equal targets, typed (bytea, float4/8, numeric, interval,
+    jsonb, uuid, inet...), every row counted."""
     caplog.set_level(logging.INFO)
     by_lines = _load_into(db, connect, source_lines, "by_lines")
-    assert any("by COPY text lines made by the source server" in r.getMessage()
-               for r in caplog.records)  # fmt: skip
-    monkeypatch.setattr(row_readers, "forced", row_readers.AlchemyReader)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("by COPY text lines made by the source server" in m for m in messages)
+    caplog.clear()
+    monkeypatch.setattr(lines_copy, "copy_range", lambda *args: None)
     by_rows = _load_into(db, connect, source_lines, "by_rows")
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("by a server-side cursor" in m for m in messages), messages
     assert by_lines.rows == by_rows.rows == len(AWKWARD_ROWS) + len(TEXTS) + len(BYTES)
     select = "SELECT * FROM {} ORDER BY id"
     got = db.run(sql.SQL(select).format(db.ident("by_lines")))
@@ -166,7 +159,7 @@ def test_a_type_without_a_line_keeps_the_rows_path(
     db: Any,
     connect: Callable[[], Any],
     source_lines: str,
-    connector: type[Any],
+    reader: type[Any],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A BIT column (PyMySQL hands its bytes, the server's text of it is a number) and a
@@ -194,7 +187,7 @@ def test_a_type_without_a_line_keeps_the_rows_path(
                    query="SELECT id, tx FROM awkward WHERE id < 10")  # fmt: skip
     assert summary.rows == 3
     messages = [r.getMessage() for r in caplog.records]
-    assert any("its charset is not utf8mb4" in m for m in messages), messages
+    assert any("its charset is latin1, not utf8mb4" in m for m in messages), messages
 
 
 @pytest.mark.parametrize(
@@ -206,7 +199,7 @@ def test_a_refused_value_is_read_again_and_named(
     db: Any,
     connect: Callable[[], Any],
     source_lines: str,
-    connector: type[Any],
+    reader: type[Any],
     caplog: pytest.LogCaptureFixture,
     value: str,
     column: str,
@@ -271,4 +264,5 @@ def test_which_types_have_a_line() -> None:
     assert rendered(F.DOUBLE, mariadb=False) is rendered(F.FLOAT, mariadb=False) is None
     assert rendered(F.VAR_STRING, 45) is rendered(F.BLOB, 224) is Rendered.ESCAPED
     assert rendered(F.VAR_STRING) is rendered(F.BLOB) is rendered(F.STRING) is Rendered.HEX
+    assert rendered(F.VAR_STRING, None) is rendered(F.BLOB, None) is Rendered.TEXT_OR_HEX
     assert rendered(F.BIT) is rendered(F.GEOMETRY) is rendered(F.JSON, 45) is None

@@ -41,15 +41,17 @@ def is_text(field_type: int, charset_number: int) -> bool:
     return field_type not in TEXT_TYPES or charset_number != BINARY_CHARSET
 
 
-def rendered(field_type: int, charset_number: int, mariadb: bool) -> Rendered | None:
+def rendered(field_type: int, charset_number: int | None, mariadb: bool) -> Rendered | None:
     """How a column of ``field_type`` and ``charset_number`` (a cursor description's second
-    and ninth items) becomes a COPY text field made by the server
+    and ninth items; None where the driver's description has no charset, PyMySQL's) becomes
+    a COPY text field made by the server
     (:func:`airflow_pg_bulk.sql.copy_lines.alchemy_copy_lines`) with the text the rows path
     loads for it, or None for a type that keeps the rows path. Numbers, dates and times as
     they are; FLOAT and DOUBLE on MariaDB only (``mariadb``: the server's version says so),
     where their text in a string expression was measured to be the text protocol's (20,000
     random values each, MariaDB 10.11), which MySQL's was not checked to be; a string type
-    as text, or in the binary charset as bytes (hex); BIT (bytes of its number), GEOMETRY
+    as text, or in the binary charset as bytes (hex), either by the server's ``CHARSET()``
+    of it where the charset is not known here; BIT (bytes of its number), GEOMETRY
     and MySQL's JSON type: None."""
     as_is, strings = _field_types()
     if field_type in (FLOAT, DOUBLE):
@@ -58,6 +60,8 @@ def rendered(field_type: int, charset_number: int, mariadb: bool) -> Rendered | 
         return Rendered.AS_IS
     if field_type not in strings:
         return None
+    if charset_number is None:
+        return Rendered.TEXT_OR_HEX
     return Rendered.HEX if charset_number == BINARY_CHARSET else Rendered.ESCAPED
 
 

@@ -6,8 +6,8 @@ format reads, so the client moves bytes and builds no Python value per column
 Each field is the text the server's text protocol sends for the value (the rows path's
 value, :mod:`airflow_pg_bulk.db.source_driver`), rendered as :class:`Rendered` says; a NULL
 is ``\\N``. The statement is composed with SQLAlchemy's expression language (compiled by the
-source's dialect); its only literals are ``CHAR(n)`` code points, so no string literal
-depends on the server's ``NO_BACKSLASH_ESCAPES``. ``CHAR(n)`` is a binary string: every
+source's dialect); its only literals are ``CHAR(n)`` code points and the word ``binary``,
+so none depends on the server's ``NO_BACKSLASH_ESCAPES``. ``CHAR(n)`` is a binary string: every
 piece joined with it is taken as its bytes (text first converted to utf8mb4, whose
 multi-byte sequences hold no ASCII byte, so replacing single ASCII bytes in them is safe),
 and the line is binary, sent as it is whatever the connection's charset.
@@ -26,6 +26,8 @@ from typing import Any
 #: the code points of the characters COPY's text format escapes, and their escapes
 _BACKSLASH, _TAB, _NEWLINE, _CR = 92, 9, 10, 13
 _ESCAPES = ((_BACKSLASH, (92, 92)), (_TAB, (92, 116)), (_NEWLINE, (92, 110)), (_CR, (92, 114)))
+#: ``CHARSET()`` of a binary string
+_BINARY = "binary"
 
 
 class Rendered(enum.Enum):
@@ -39,6 +41,9 @@ class Rendered(enum.Enum):
     #: bytes: ``bytea``'s hex form (``\\x`` and lowercase hex digits, as psycopg writes a
     #: ``bytes`` value), its backslash escaped
     HEX = "hex"
+    #: a string whose charset the driver does not say (PyMySQL's description): as
+    #: :attr:`HEX` where the server's ``CHARSET()`` of it is ``binary``, else :attr:`ESCAPED`
+    TEXT_OR_HEX = "text or hex"
 
 
 @dataclass(frozen=True)
@@ -65,12 +70,16 @@ def _text(field: Field) -> Any:
     null = func.char(_BACKSLASH, 78)
     if field.rendered is Rendered.AS_IS:  # (short values: never NULL for their length)
         return func.coalesce(column, null) if field.nullable else column
+    hexed = func.concat(func.char(92, 92, 120), func.lower(func.hex(column)))
+    escaped = sqlalchemy.cast(column, mysql.CHAR(charset="utf8mb4"))
+    for code, escape in _ESCAPES:
+        escaped = func.replace(escaped, func.char(code), func.char(*escape))
     if field.rendered is Rendered.HEX:
-        value = func.concat(func.char(92, 92, 120), func.lower(func.hex(column)))
+        value = hexed
+    elif field.rendered is Rendered.ESCAPED:
+        value = escaped
     else:
-        value = sqlalchemy.cast(column, mysql.CHAR(charset="utf8mb4"))
-        for code, escape in _ESCAPES:
-            value = func.replace(value, func.char(code), func.char(*escape))
+        value = sqlalchemy.case((func.charset(column) == _BINARY, hexed), else_=escaped)
     # (not COALESCE: a value too long for max_allowed_packet is NULL, and must stay so)
     return sqlalchemy.case((column.is_(None), null), else_=value) if field.nullable else value
 

@@ -45,7 +45,7 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
   A STRICT SQLite table is read instead by ADBC's SQLite driver as Arrow record batches,
   encoded as COPY CSV by Arrow (:mod:`.arrow_readers`, chosen once by prepare, and
   :mod:`.arrow_copy`, which falls back to the cursor for a range whose Arrow read fails).
-  A MariaDB/MySQL source read by mysql-connector-python's C extension over a utf8mb4
+  A MariaDB/MySQL source (``mysql+pymysql``, read by either reader) over a utf8mb4
   connection has the server make each row one COPY text line
   (:mod:`airflow_pg_bulk.sql.copy_lines`) where every column's type allows, fetched as one
   bytes value a row and written into COPY in chunks (:mod:`.lines_copy`, which falls back

@@ -1,6 +1,6 @@
 """The rows path's fast reader for a MariaDB/MySQL source: the source server makes each row of
 a range one line of PostgreSQL's COPY text format (:mod:`airflow_pg_bulk.sql.copy_lines`), the
-reader fetches one bytes value a row (:meth:`.row_readers.ConnectorReader.lines`) and the
+reader fetches one bytes value a row (``lines`` of :mod:`.row_readers`' readers) and the
 lines go, joined into chunks, straight into ``COPY ... FROM STDIN`` of staging: no Python value
 is made per column. Under a savepoint: when anything fails (the source, a value the target
 refuses), the savepoint undoes the rows and the caller reads the range again by the rows path
@@ -29,7 +29,7 @@ def copy_range(
 ) -> tuple[int, int, int] | None:
     """A range of the source read as COPY text lines made by the source server and COPYed by
     ``statement`` (text format) on ``conn``; (rows loaded, rows read, bytes), or None when
-    its reader makes no lines of it (another driver, a column of a type it does not render)
+    its reader makes no lines of it (not PyMySQL's URL, a column of a type without a line)
     or it failed (nothing of it is left in staging: read it again by the rows path)."""
     source = plan.database
     assert source is not None

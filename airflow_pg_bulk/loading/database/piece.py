@@ -92,8 +92,8 @@ def ways(plan: LoadPlan) -> list[Way]:
       (:func:`.postgres_copy.moves_binary`), then ``COPY TO STDOUT`` in text;
     - another database: Arrow record batches where prepare chose an Arrow reader
       (:attr:`DatabaseSource.arrow`), then COPY text lines made by the source server (a
-      MariaDB/MySQL source read by mysql-connector-python's C extension, every column of a
-      type it renders: :mod:`.lines_copy`), then rows from a server-side cursor
+      ``mysql+pymysql`` source over utf8mb4, every column of a type it renders:
+      :mod:`.lines_copy`), then rows from a server-side cursor
       (:mod:`.rows_copy`)."""
     source = plan.database
     assert source is not None
