@@ -32,8 +32,10 @@ the same rows. Each method loads it into a target on the server at ``--conn``:
 - ``maria_project_subset``, ``maria_generic_transfer`` (subset), with ``--maria URL`` only
   (``mysql+pymysql://root@127.0.0.1:3306``): the same from a MariaDB database of their own
   (``NAME_maria``, the same rows made by the server from its ``seq_`` tables, kept and reused):
-  the project through mysql-connector-python's C extension where it loads, else SQLAlchemy
-  and PyMySQL, GenericTransfer through Airflow's mysql
+  the project (the server making each row one COPY text line, every column of ``readings``
+  being a number or a date, fetched as one bytes value a row by mysql-connector-python's C
+  extension where it loads, else by PyMySQL, and written into COPY as it is),
+  GenericTransfer through Airflow's mysql
   connection with ``mysql-connector-python`` (apache-airflow-providers-mysql and
   mysql-connector-python importable, else it is left out).
 
@@ -120,8 +122,8 @@ METHODS: tuple[Method, ...] = (
     Method("sqlite_generic_transfer", "SQLite: GenericTransfer.execute(), defaults", True, True),
     Method(
         "maria_project_subset",
-        "MariaDB: this project, --query WHERE id <= subset (mysql-connector-python's C"
-        " extension where it loads, else PyMySQL)",
+        "MariaDB: this project, --query WHERE id <= subset (COPY text lines made by the"
+        " server, read by mysql-connector-python's C extension where it loads, else PyMySQL)",
         subset=True,
         maria=True,
     ),

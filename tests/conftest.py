@@ -85,6 +85,25 @@ def mariadb() -> Iterator[str]:
         yield url
 
 
+@pytest.fixture(params=["pymysql", "connector"])
+def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[Any]:
+    """A MariaDB/MySQL source's reader forced in turn
+    (:data:`airflow_pg_bulk.loading.database.row_readers.forced`): PyMySQL's, then
+    mysql-connector-python's C extension's, skipped with the reason where it does not load."""
+    from airflow_pg_bulk.db import mysql_connector
+    from airflow_pg_bulk.loading.database import row_readers
+
+    if request.param == "connector":
+        why = mysql_connector.connector_extension()
+        if why is not None:
+            pytest.skip(f"mysql-connector-python: {why}")
+        forced: type[Any] = row_readers.ConnectorReader
+    else:
+        forced = row_readers.AlchemyReader
+    monkeypatch.setattr(row_readers, "forced", forced)
+    return forced
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> str:
     """An initialised Airflow metadata database (SQLite) in the tests' private home."""

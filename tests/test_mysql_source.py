@@ -44,18 +44,6 @@ AWKWARD = [
 READERS = [row_readers.AlchemyReader, row_readers.ConnectorReader]
 
 
-@pytest.fixture(params=READERS, ids=["pymysql", "connector"])
-def reader(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> type[Any]:
-    """Each reader forced in turn (:data:`row_readers.forced`); the C extension's skipped,
-    with the reason, where it does not load."""
-    if request.param is row_readers.ConnectorReader:
-        why = mysql_connector.connector_extension()
-        if why is not None:
-            pytest.skip(f"mysql-connector-python: {why}")
-    monkeypatch.setattr(row_readers, "forced", request.param)
-    return request.param
-
-
 def _run(url: str, *statements: str, rows: list[tuple[Any, ...]] | None = None) -> None:
     engine = sqlalchemy.create_engine(url)
     try:

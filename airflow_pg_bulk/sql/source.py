@@ -218,6 +218,17 @@ def row_at(select: Composable, key: str, column: str, offset: int) -> Composed:
     )
 
 
+def alchemy_range_rows(
+    query: str | None, table: str | None, key: str, bounds: tuple[Any, Any]
+) -> Any:
+    """:func:`alchemy_key_range` as a subquery (``pgbulk_range``), its columns selectable by
+    name from an outer SELECT (a ``text()`` query given its columns)."""
+    rows = alchemy_key_range(query, table, key, *bounds)
+    if bounds == (None, None):
+        rows = rows.columns() if table is None else rows
+    return rows.subquery("pgbulk_range")
+
+
 def alchemy_row_at(
     query: str | None,
     table: str | None,
@@ -229,12 +240,9 @@ def alchemy_row_at(
     """:func:`row_at` through SQLAlchemy, in one range of the key."""
     import sqlalchemy
 
-    rows = alchemy_key_range(query, table, key, *bounds)
-    if bounds == (None, None):
-        rows = rows.columns() if table is None else rows
     return (
         sqlalchemy.select(sqlalchemy.column(key), sqlalchemy.column(column))
-        .select_from(rows.subquery("pgbulk_range"))
+        .select_from(alchemy_range_rows(query, table, key, bounds))
         .offset(offset)
         .limit(1)
     )

@@ -9,10 +9,13 @@ steps use for files (:class:`.format.DatabaseFormat`, chosen once by
 - :mod:`.ranges`: a split source's ranges (the key's quantiles, a table's blocks);
 - :mod:`.snapshots`: a PostgreSQL source's exported snapshot, held while its ranges are read;
 - :mod:`.format`: the source as prepare matches and cuts it;
-- :mod:`.piece`: the COPY step's range, by :mod:`.postgres_copy` (COPY to COPY) or
+- :mod:`.piece`: the COPY step's range, by the first of its ways that moves it
+  (:func:`.piece.ways`): :mod:`.postgres_copy` (COPY to COPY), :mod:`.arrow_copy` (Arrow
+  record batches), :mod:`.lines_copy` (COPY text lines made by a MariaDB/MySQL server) or
   :mod:`.rows_copy` (rows from a server-side cursor, read by the reader :mod:`.row_readers`
-  chose: SQLAlchemy's, or mysql-connector-python's C extension for a PyMySQL URL), both fed
-  through :mod:`.streaming` (a failure of the source, or a value the target refused, named);
+  chose: SQLAlchemy's, or mysql-connector-python's C extension for a PyMySQL URL); the
+  PostgreSQL and the rows path fed through :mod:`.streaming` (a failure of the source, or a
+  value the target refused, named), the others falling back to them;
 - :mod:`.schema`: ``create_target``'s schema from the source.
 
 The package sits in ``loading/`` (the steps, with their connections), not in ``source/``
@@ -42,6 +45,11 @@ Two readers, chosen once per source from its URL's backend (:attr:`DatabaseSourc
   A STRICT SQLite table is read instead by ADBC's SQLite driver as Arrow record batches,
   encoded as COPY CSV by Arrow (:mod:`.arrow_readers`, chosen once by prepare, and
   :mod:`.arrow_copy`, which falls back to the cursor for a range whose Arrow read fails).
+  A MariaDB/MySQL source (``mysql+pymysql``, read by either reader) over a utf8mb4
+  connection has the server make each row one COPY text line
+  (:mod:`airflow_pg_bulk.sql.copy_lines`) where every column's type allows, fetched as one
+  bytes value a row and written into COPY in chunks (:mod:`.lines_copy`, which falls back
+  to the cursor's rows for a range it cannot read or whose values the target refuses).
 
 What each COPY stream sees: without ``split_by`` one COPY stream reads the whole source in one
 statement, so it sees one snapshot of the source. With ``split_by`` each range of the key

@@ -1,15 +1,17 @@
-"""The COPY step of a database source: one range into staging, by the PostgreSQL path or the
-rows path (chosen once per source from its URL), the rows path by its Arrow reader where
-prepare chose one (:attr:`DatabaseSource.arrow`), rows read counted against rows loaded."""
+"""The COPY step of a database source: one range into staging, by the first of its ways
+(:func:`ways`, chosen from its URL and what prepare found) that moves it, rows read counted
+against rows loaded."""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.errors import SourceReadError
-from airflow_pg_bulk.loading.database import arrow_copy, postgres_copy, rows_copy
+from airflow_pg_bulk.loading.database import arrow_copy, lines_copy, postgres_copy, rows_copy
 from airflow_pg_bulk.loading.database.format import TEXT
 from airflow_pg_bulk.loading.database.ranges import range_text
 from airflow_pg_bulk.loading.database.snapshots import range_done
@@ -36,27 +38,17 @@ def copy_piece(
     bounds = (piece.key_range or (None, None))[:2]
     t = plan.target
     statement = sql.copy_from_stdin(t.schema, plan.staging_table, plan.columns, TEXT)
-    if source.postgres:
-        try:
-            moved = None
-            if postgres_copy.moves_binary(plan):
-                moved = postgres_copy.copy_range_binary(conn, plan, bounds)
-            how = "binary COPY TO STDOUT"
-            if moved is None:  # (not binary, or its rows refused: read again as text)
-                moved = postgres_copy.copy_range(conn, plan, bounds, statement)
-                how = "COPY TO STDOUT"
-            loaded, read, sent = moved
-        finally:
-            range_done(source.snapshot)
-    else:
-        moved = None
-        if source.arrow is not None:
-            moved = arrow_copy.copy_range(conn, plan, bounds)
-            how = f"Arrow record batches ({source.arrow})"
-        if moved is None:  # (no Arrow reader, or it failed: read again from a cursor)
-            moved = rows_copy.copy_range(conn, plan, bounds, statement)
-            how = "a server-side cursor"
-        loaded, read, sent = moved
+    moved = None
+    try:
+        for way in ways(plan):
+            moved = way.copy(conn, plan, bounds, statement)
+            if moved is not None:
+                how = way.how
+                break
+    finally:
+        range_done(source.snapshot)  # (a PostgreSQL source's held snapshot: one range less)
+    assert moved is not None  # the last way moves the range or raises
+    loaded, read, sent = moved
     if read != loaded:
         raise SourceReadError(
             f"Load {plan.load_id}: the source {source.name} gave {read} rows but COPY "
@@ -72,3 +64,50 @@ def copy_piece(
         how,
     )
     return loaded, sent
+
+
+#: what a way returns: (rows loaded, rows read from the source, bytes), or None: not moved
+#: (nothing of it left in staging), try the next way
+Moved = tuple[int, int | None, int] | None
+
+
+@dataclass(frozen=True)
+class Way:
+    """One way to COPY a range into staging.
+
+    :param how: what the log line says it was read by.
+    :param copy: ``copy(conn, plan, bounds, statement)`` (``statement``: the text-format
+        ``COPY ... FROM STDIN`` of staging), :data:`Moved`."""
+
+    how: str
+    copy: Callable[[Any, LoadPlan, tuple[Any, Any], Any], Moved]
+
+
+def ways(plan: LoadPlan) -> list[Way]:
+    """The ways a range of the plan's source is tried, in turn, the first that moves it
+    winning; each that fails leaves staging as it was, the last moves it or fails naming
+    why (a value refused, with its row and column; the source's error).
+
+    - PostgreSQL: binary ``COPY TO STDOUT`` where the column types match
+      (:func:`.postgres_copy.moves_binary`), then ``COPY TO STDOUT`` in text;
+    - another database: Arrow record batches where prepare chose an Arrow reader
+      (:attr:`DatabaseSource.arrow`), then COPY text lines made by the source server (a
+      ``mysql+pymysql`` source over utf8mb4, every column of a type it renders:
+      :mod:`.lines_copy`), then rows from a server-side cursor
+      (:mod:`.rows_copy`)."""
+    source = plan.database
+    assert source is not None
+    if source.postgres:
+        binary = Way(
+            "binary COPY TO STDOUT",
+            lambda conn, plan, bounds, _: postgres_copy.copy_range_binary(conn, plan, bounds),
+        )
+        text = Way("COPY TO STDOUT", postgres_copy.copy_range)
+        return [binary, text] if postgres_copy.moves_binary(plan) else [text]
+    arrow = Way(
+        f"Arrow record batches ({source.arrow})",
+        lambda conn, plan, bounds, _: arrow_copy.copy_range(conn, plan, bounds),
+    )
+    lines = Way("COPY text lines made by the source server", lines_copy.copy_range)
+    rows = Way("a server-side cursor", rows_copy.copy_range)
+    return [arrow, lines, rows] if source.arrow is not None else [lines, rows]

@@ -1,7 +1,9 @@
 """The rows path, for any database but PostgreSQL: a range read from a server-side cursor by
 the source's reader (:mod:`.row_readers`: SQLAlchemy's, or mysql-connector-python's C
 extension for a PyMySQL URL), fetched in batches, and COPYed by the target driver's row writer
-(:func:`airflow_pg_bulk.db.driver.copy_rows`), rows counted."""
+(:func:`airflow_pg_bulk.db.driver.copy_rows`), rows counted. For a ``mysql+pymysql``
+source, :mod:`.lines_copy` is tried first; this path reads what it does not
+(:func:`.piece.ways`)."""
 
 from __future__ import annotations
 
