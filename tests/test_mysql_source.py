@@ -24,7 +24,7 @@ from mariadb import database_on
 from psycopg import sql
 from servers import require
 
-from airflow_pg_bulk.db import mysql_connector
+from airflow_pg_bulk.db import mysql_cext, mysql_connector
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, SourceReadError
 from airflow_pg_bulk.loading.database import row_readers
 from airflow_pg_bulk.loading.database.columns import source_description
@@ -348,10 +348,10 @@ EVERY_TYPE_BYTES = ("bits", "bin", "vb", "bl", "tb")
 def fresh_choice() -> Iterator[None]:
     """The readers chosen in this process forgotten before and after the test."""
     row_readers.chosen.cache_clear()
-    mysql_connector.connector_extension.cache_clear()
+    mysql_cext.extension.cache_clear()
     yield
     row_readers.chosen.cache_clear()
-    mysql_connector.connector_extension.cache_clear()
+    mysql_cext.extension.cache_clear()
 
 
 def test_both_readers_hand_the_same_rows_and_load_the_same_target(
@@ -463,7 +463,7 @@ def test_without_the_extension_pymysql_reads(
 ) -> None:
     """mysql-connector-python's C extension absent (its import made to fail: the library's
     availability, not the server, is what is simulated): PyMySQL reads, the load is whole."""
-    monkeypatch.setitem(sys.modules, "mysql.connector.connection_cext", None)
+    monkeypatch.setitem(sys.modules, "_mysql_connector", None)
     caplog.set_level(logging.INFO, logger=row_readers.__name__)
     name = hold(source_maria)
     assert type(row_readers.chosen(name)) is row_readers.AlchemyReader
