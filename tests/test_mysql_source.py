@@ -330,6 +330,27 @@ def test_a_mariadb_source_keeps_the_rows_path(source_maria: str) -> None:
         assert source_description(source)[2] is None
 
 
+def test_the_source_columns_by_either_reader(
+    source_maria: str, reader: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columns prepare reads are the same names by either reader (the C extension's
+    module reads them where it is the reader; SQLAlchemy otherwise); a query that cannot
+    run is refused in SQLAlchemy's (PyMySQL's) words by both, the module's error unsaid."""
+    query = "SELECT id, v AS `naïve ü`, id + 1, amount AS `A b` FROM src"
+    source = DatabaseSource(hold(source_maria), False, query=query)
+    names = source_description(source)[0]
+    assert names == ("id", "naïve ü", "id + 1", "A b")
+    monkeypatch.setattr(row_readers, "forced", row_readers.AlchemyReader)
+    assert source_description(source)[0] == names
+    monkeypatch.setattr(row_readers, "forced", reader)
+    by_module = row_readers.column_names(source.name, sqlalchemy.text(query + " LIMIT 0"))
+    assert by_module == (names if reader is row_readers.ConnectorReader else None)
+    bad = DatabaseSource(hold(source_maria), False, query="SELECT nope FROM src")
+    with pytest.raises(LoadRefusedError) as refused:
+        source_description(bad)
+    assert "(1054, \"Unknown column 'nope' in 'SELECT'\")" in str(refused.value)
+
+
 EVERY_TYPE = (
     "CREATE TABLE every_type (id int PRIMARY KEY, d double, f float, n decimal(30,10),"
     " u bigint unsigned, at datetime(6), ts timestamp(3) NULL, day date, t time(6), y year,"

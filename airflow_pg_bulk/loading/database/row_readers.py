@@ -234,6 +234,23 @@ class ConnectorReader:
             first = next(batches, [])
             yield JoinedLines(itertools.chain([first] if first else [], batches))
 
+    def column_names(self, source_name: str, statement: Any) -> tuple[str, ...] | None:
+        """The names of the columns of ``statement`` (SQLAlchemy, a query without rows) on
+        ``source_name``, read through the C extension's module directly (a connection of
+        1.3 ms, where PyMySQL's took 22 ms, 20 of them making the TLS context of its
+        PREFERRED mode); None where anything of that fails (the caller asks SQLAlchemy,
+        whose error is the one said)."""
+        module = mysql_cext.extension()
+        if isinstance(module, str) or self._arguments["charset"] not in mysql_cext.SET_NAMES:
+            return None
+        url, charset = held_url(source_name), self._arguments["charset"]
+        try:
+            with mysql_cext.connected(module, self._arguments) as conn:
+                description = conn.description(pymysql_text(url, statement, charset))
+        except Exception:
+            return None
+        return tuple(str(d[0]) for d in description)
+
     @contextlib.contextmanager
     def _package_lines(self, source_name: str, rows: Any) -> Iterator[Lines | None]:
         """:meth:`lines` through the package's unbuffered raw cursor."""
@@ -357,6 +374,16 @@ def line_fields(
                  source_name, ", ".join(others))  # fmt: skip
         return None
     return [Field(name, how, bool(null)) for name, how, null in described if how is not None]
+
+
+def column_names(source_name: str, statement: Any) -> tuple[str, ...] | None:
+    """The names of the columns of ``statement`` (SQLAlchemy, a query without rows) on the
+    source held as ``source_name``, where its reader (:func:`reader_for`) is the C
+    extension's and reads them (:meth:`ConnectorReader.column_names`); else None."""
+    reader = reader_for(source_name)
+    if not isinstance(reader, ConnectorReader):
+        return None
+    return reader.column_names(source_name, statement)
 
 
 #: the reader every source of the rows path gets in this process when set (the tests, and a
