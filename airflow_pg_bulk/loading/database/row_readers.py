@@ -22,7 +22,10 @@ of a row, a column and a split key's value are the same for both readers.
 
 Either reader of a ``mysql+pymysql`` source also reads a range as COPY text lines the server
 makes (:meth:`ConnectorReader.lines`, :meth:`AlchemyReader.lines`, tried first by
-:mod:`.lines_copy`): one bytes value a row, no value decoded (:func:`line_fields`)."""
+:mod:`.lines_copy`): one bytes value a row, no value decoded (:func:`line_fields`). The C
+extension's reader reads those lines, and prepare's column names, through the extension's
+module itself (:mod:`airflow_pg_bulk.db.mysql_cext`, which says why and how it is guarded),
+without importing the ``mysql.connector`` package; its package's cursor where that fails."""
 
 from __future__ import annotations
 
@@ -379,7 +382,10 @@ def line_fields(
 def column_names(source_name: str, statement: Any) -> tuple[str, ...] | None:
     """The names of the columns of ``statement`` (SQLAlchemy, a query without rows) on the
     source held as ``source_name``, where its reader (:func:`reader_for`) is the C
-    extension's and reads them (:meth:`ConnectorReader.column_names`); else None."""
+    extension's and reads them (:meth:`ConnectorReader.column_names`); else None. No reader
+    is chosen (nor its INFO line said) for a URL the C extension cannot read."""
+    if forced is None and isinstance(connector_arguments(held_url(source_name)), str):
+        return None
     reader = reader_for(source_name)
     if not isinstance(reader, ConnectorReader):
         return None
