@@ -12,6 +12,7 @@ it does not load."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -20,7 +21,7 @@ from mariadb import database_on
 from psycopg import sql
 from servers import require
 
-from airflow_pg_bulk.db import mysql_connector
+from airflow_pg_bulk.db import mysql_cext, mysql_connector
 from airflow_pg_bulk.errors import BadDataError
 from airflow_pg_bulk.loading.database import lines_copy, piece, row_readers
 from airflow_pg_bulk.loading.database.urls import hold
@@ -117,6 +118,32 @@ def test_each_line_is_the_rows_paths_copy_text(source_lines: str, reader: type[A
     assert _lines(reader, name, "awkward") == expected
     assert len(expected) == len(AWKWARD_ROWS) + len(TEXTS) + len(BYTES)
     assert b"\\\\x00ff0a5c" in expected[0] and b"\\N" in expected[2]
+
+
+def test_the_modules_lines_are_the_packages(
+    source_lines: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The C extension's reader reads the lines through its module ``_mysql_connector``
+    directly; with that module made not to import (the library's availability, not the
+    server, is what is simulated) it reads them through the ``mysql.connector`` package,
+    said in an INFO line, and the lines are the same, byte for byte."""
+    if (why := mysql_connector.connector_extension()) is not None:
+        pytest.skip(f"mysql-connector-python: {why}")
+    name = hold(source_lines)
+    caplog.set_level(logging.INFO, logger=row_readers.__name__)
+    direct = _lines(row_readers.ConnectorReader, name, "awkward")
+    assert not any("directly" in r.getMessage() for r in caplog.records)
+    monkeypatch.setitem(sys.modules, "_mysql_connector", None)
+    mysql_cext.extension.cache_clear()
+    try:
+        by_package = _lines(row_readers.ConnectorReader, name, "awkward")
+    finally:
+        mysql_cext.extension.cache_clear()
+    assert by_package == direct
+    assert len(direct) == len(AWKWARD_ROWS) + len(TEXTS) + len(BYTES)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("not read by" in m and "directly" in m and "does not load" in m
+               for m in messages), messages  # fmt: skip
 
 
 def _load_into(db: Any, connect: Callable[[], Any], url: str, target: str) -> Any:

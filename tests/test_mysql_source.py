@@ -24,7 +24,7 @@ from mariadb import database_on
 from psycopg import sql
 from servers import require
 
-from airflow_pg_bulk.db import mysql_connector
+from airflow_pg_bulk.db import mysql_cext, mysql_connector
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError, SourceReadError
 from airflow_pg_bulk.loading.database import row_readers
 from airflow_pg_bulk.loading.database.columns import source_description
@@ -330,6 +330,27 @@ def test_a_mariadb_source_keeps_the_rows_path(source_maria: str) -> None:
         assert source_description(source)[2] is None
 
 
+def test_the_source_columns_by_either_reader(
+    source_maria: str, reader: type[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The columns prepare reads are the same names by either reader (the C extension's
+    module reads them where it is the reader; SQLAlchemy otherwise); a query that cannot
+    run is refused in SQLAlchemy's (PyMySQL's) words by both, the module's error unsaid."""
+    query = "SELECT id, v AS `naïve ü`, id + 1, amount AS `A b` FROM src"
+    source = DatabaseSource(hold(source_maria), False, query=query)
+    names = source_description(source)[0]
+    assert names == ("id", "naïve ü", "id + 1", "A b")
+    monkeypatch.setattr(row_readers, "forced", row_readers.AlchemyReader)
+    assert source_description(source)[0] == names
+    monkeypatch.setattr(row_readers, "forced", reader)
+    by_module = row_readers.column_names(source.name, sqlalchemy.text(query + " LIMIT 0"))
+    assert by_module == (names if reader is row_readers.ConnectorReader else None)
+    bad = DatabaseSource(hold(source_maria), False, query="SELECT nope FROM src")
+    with pytest.raises(LoadRefusedError) as refused:
+        source_description(bad)
+    assert "(1054, \"Unknown column 'nope' in 'SELECT'\")" in str(refused.value)
+
+
 EVERY_TYPE = (
     "CREATE TABLE every_type (id int PRIMARY KEY, d double, f float, n decimal(30,10),"
     " u bigint unsigned, at datetime(6), ts timestamp(3) NULL, day date, t time(6), y year,"
@@ -348,10 +369,10 @@ EVERY_TYPE_BYTES = ("bits", "bin", "vb", "bl", "tb")
 def fresh_choice() -> Iterator[None]:
     """The readers chosen in this process forgotten before and after the test."""
     row_readers.chosen.cache_clear()
-    mysql_connector.connector_extension.cache_clear()
+    mysql_cext.extension.cache_clear()
     yield
     row_readers.chosen.cache_clear()
-    mysql_connector.connector_extension.cache_clear()
+    mysql_cext.extension.cache_clear()
 
 
 def test_both_readers_hand_the_same_rows_and_load_the_same_target(
@@ -463,7 +484,7 @@ def test_without_the_extension_pymysql_reads(
 ) -> None:
     """mysql-connector-python's C extension absent (its import made to fail: the library's
     availability, not the server, is what is simulated): PyMySQL reads, the load is whole."""
-    monkeypatch.setitem(sys.modules, "mysql.connector.connection_cext", None)
+    monkeypatch.setitem(sys.modules, "_mysql_connector", None)
     caplog.set_level(logging.INFO, logger=row_readers.__name__)
     name = hold(source_maria)
     assert type(row_readers.chosen(name)) is row_readers.AlchemyReader

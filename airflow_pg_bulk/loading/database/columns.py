@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from airflow_pg_bulk.db import driver
 from airflow_pg_bulk.errors import LoadRefusedError
-from airflow_pg_bulk.loading.database import arrow_readers
+from airflow_pg_bulk.loading.database import arrow_readers, row_readers
 from airflow_pg_bulk.loading.database.connections import (
     alchemy_connection,
     postgres_session,
@@ -33,7 +33,9 @@ def source_description(
     (:attr:`DatabaseSource.types`; another database's: empty); for another database the
     Arrow reader that reads its rows exactly, if one is installed
     (:func:`.arrow_readers.choose`; None: the rows path). Its query is run without rows
-    first, so one that cannot run fails before anything is made."""
+    first, so one that cannot run fails before anything is made; through the C extension's
+    module where that reads the source (:func:`.row_readers.column_names`), else SQLAlchemy,
+    whose error is the one said."""
     if source.postgres:
         with postgres_session(source.name) as conn:  # (psycopg 3: its result's type modifiers)
             statement = source_sql.no_rows(source_sql.source_select(source.query, source.table))
@@ -48,9 +50,13 @@ def source_description(
                 return names, tuple(types), None
             except Exception as exc:
                 raise query_refused(source, reason(exc, held_url(source.name))) from None
+    no_rows = source_sql.alchemy_no_rows(source.query, source.table)
+    names = row_readers.column_names(source.name, no_rows)
+    if names is not None:  # (MariaDB/MySQL: no Arrow reader reads it, READERS read SQLite)
+        return names, (), None
     with alchemy_connection(source.name) as conn:
         try:
-            result = conn.execute(source_sql.alchemy_no_rows(source.query, source.table))
+            result = conn.execute(no_rows)
             try:
                 names = tuple(result.keys())
             finally:
