@@ -18,6 +18,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from airflow_pg_bulk.db import mysql_cext
 from airflow_pg_bulk.sql.copy_lines import Rendered
 
 #: the connection charsets the C extension's reader takes (PyMySQL's default and latin1)
@@ -119,8 +120,6 @@ def connector_extension() -> str | None:
     the ``mysql`` extra's range (:func:`airflow_pg_bulk.db.mysql_cext.extension`, cached),
     checked without importing the ``mysql.connector`` package (0.1 s), which its rows
     path imports when it runs."""
-    from airflow_pg_bulk.db import mysql_cext
-
     module = mysql_cext.extension()
     return module if isinstance(module, str) else None
 
