@@ -42,6 +42,11 @@ def is_text(field_type: int, charset_number: int) -> bool:
     return field_type not in TEXT_TYPES or charset_number != BINARY_CHARSET
 
 
+def is_mariadb(server_info: str) -> bool:
+    """Whether a server's version text (``10.11.19-MariaDB-0+deb12u1``) is MariaDB's."""
+    return "mariadb" in server_info.lower()
+
+
 def rendered(field_type: int, charset_number: int | None, mariadb: bool) -> Rendered | None:
     """How a column of ``field_type`` and ``charset_number`` (a cursor description's second
     and ninth items; None where the driver's description has no charset, PyMySQL's) becomes

@@ -160,11 +160,15 @@ def alchemy_no_rows(query: str | None, table: str | None) -> Any:
     """:func:`no_rows` through SQLAlchemy: the source's column names, without reading its rows
     (a streamed result closed before its end would read them all: PyMySQL's server-side
     cursor drains the rest of the result when closed)."""
+    return alchemy_no_rows_of(_alchemy_source(query, table))
+
+
+def alchemy_no_rows_of(rows: Any) -> Any:
+    """``SELECT * FROM rows LIMIT 0`` (``rows``: a SQLAlchemy table, text query or subquery,
+    e.g. :func:`alchemy_range_rows`): its columns' description, no row read."""
     import sqlalchemy
 
-    return (
-        sqlalchemy.select(sqlalchemy.text("*")).select_from(_alchemy_source(query, table)).limit(0)
-    )
+    return sqlalchemy.select(sqlalchemy.text("*")).select_from(rows).limit(0)
 
 
 def alchemy_key_quantiles(query: str | None, table: str | None, column: str, count: int) -> Any:

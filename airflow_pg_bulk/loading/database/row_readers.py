@@ -41,6 +41,7 @@ from airflow_pg_bulk.db import mysql_cext
 from airflow_pg_bulk.db.mysql_connector import (
     connector_arguments,
     connector_extension,
+    is_mariadb,
     is_text,
     pymysql_text,
     rendered,
@@ -50,6 +51,7 @@ from airflow_pg_bulk.errors import LoadRefusedError, TransientLoadError
 from airflow_pg_bulk.loading.database.connections import alchemy_connection, reason
 from airflow_pg_bulk.loading.database.urls import held_url
 from airflow_pg_bulk.sql.copy_lines import Field, alchemy_copy_lines
+from airflow_pg_bulk.sql.source import alchemy_no_rows_of
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +94,7 @@ class AlchemyReader:
         with alchemy_connection(source_name, copy=True) as src:
             dialect = src.dialect
             charset = src.connection.dbapi_connection.charset
-            no_rows = sqlalchemy.select(sqlalchemy.text("*")).select_from(rows).limit(0)
+            no_rows = alchemy_no_rows_of(rows)
             result = src.execute(no_rows)
             description = result.cursor.description
             result.close()
@@ -218,16 +220,14 @@ class ConnectorReader:
     def _direct_lines(self, source_name: str, rows: Any) -> Iterator[Lines | None]:
         """:meth:`lines` through ``_mysql_connector`` itself; its first chunk is read before
         it is handed, so what fails before the first line fails here."""
-        import sqlalchemy
-
         module = mysql_cext.extension()
         if isinstance(module, str):
             raise LookupError(module)
         url, charset = held_url(source_name), self._arguments["charset"]
         with mysql_cext.connected(module, self._arguments) as conn:
-            no_rows = sqlalchemy.select(sqlalchemy.text("*")).select_from(rows).limit(0)
+            no_rows = alchemy_no_rows_of(rows)
             description = conn.description(pymysql_text(url, no_rows, charset))
-            mariadb = "mariadb" in conn.server.lower()
+            mariadb = is_mariadb(conn.server)
             fields = line_fields(source_name, charset, description, 8, mariadb)
             if fields is None:
                 yield None
@@ -257,14 +257,12 @@ class ConnectorReader:
     @contextlib.contextmanager
     def _package_lines(self, source_name: str, rows: Any) -> Iterator[Lines | None]:
         """:meth:`lines` through the package's unbuffered raw cursor."""
-        import sqlalchemy
-
         with self._connection(source_name) as conn:
             cursor = conn.cursor(raw=True, buffered=False)
-            no_rows = sqlalchemy.select(sqlalchemy.text("*")).select_from(rows).limit(0)
+            no_rows = alchemy_no_rows_of(rows)
             self._run(source_name, cursor, no_rows)
             cursor.fetchall()
-            mariadb = "mariadb" in conn.server_info.lower()
+            mariadb = is_mariadb(conn.server_info)
             fields = line_fields(
                 source_name, self._arguments["charset"], cursor.description, 8, mariadb
             )
@@ -286,24 +284,6 @@ class Lines:
         raise NotImplementedError
 
 
-class ConnectorBatches(Batches):
-    """A raw unbuffered cursor's rows in batches of :data:`YIELD_PER`, counted, each value
-    decoded as PyMySQL decodes it (:func:`row_decoder`)."""
-
-    def __init__(self, cursor: Any, encoding: str) -> None:
-        self._cursor = cursor
-        self._decoded = row_decoder([is_text(c[1], c[8]) for c in cursor.description], encoding)
-        self.rows = 0
-
-    def __iter__(self) -> Iterator[Sequence[Sequence[Any]]]:
-        fetch = self._cursor.fetchmany
-        batch = fetch(YIELD_PER)
-        while batch:
-            self.rows += len(batch)
-            yield self._decoded(batch)
-            batch = fetch(YIELD_PER)
-
-
 class RawBatches(Batches):
     """A raw unbuffered cursor's rows (the server's bytes) in batches of :data:`YIELD_PER`,
     counted."""
@@ -319,6 +299,18 @@ class RawBatches(Batches):
             self.rows += len(batch)
             yield batch
             batch = fetch(YIELD_PER)
+
+
+class ConnectorBatches(RawBatches):
+    """:class:`RawBatches` with each value decoded as PyMySQL decodes it
+    (:func:`row_decoder`)."""
+
+    def __init__(self, cursor: Any, encoding: str) -> None:
+        super().__init__(cursor)
+        self._decoded = row_decoder([is_text(c[1], c[8]) for c in cursor.description], encoding)
+
+    def __iter__(self) -> Iterator[Sequence[Sequence[Any]]]:
+        return map(self._decoded, super().__iter__())
 
 
 class JoinedLines(Lines):
