@@ -129,9 +129,9 @@ def connector_extension() -> str | None:
     return module if isinstance(module, str) else None
 
 
-def connector_arguments(url: str) -> tuple[dict[str, Any], str] | str:
-    """The connector's arguments and the Python encoding of the connection's charset for
-    ``url``, or why the URL has a part they cannot carry."""
+def not_pymysql(url: str) -> str | None:
+    """Why ``url`` (SQLAlchemy's) is not a MariaDB/MySQL source read by PyMySQL, or None
+    when it is (the rows this package's readers match)."""
     import sqlalchemy
 
     parsed = sqlalchemy.engine.make_url(url)
@@ -139,6 +139,18 @@ def connector_arguments(url: str) -> tuple[dict[str, Any], str] | str:
         return "the source is not MariaDB/MySQL"
     if parsed.get_driver_name() != "pymysql":
         return f"the URL's driver is {parsed.get_driver_name()}, not pymysql"
+    return None
+
+
+def connector_arguments(url: str) -> tuple[dict[str, Any], str] | str:
+    """The connector's arguments and the Python encoding of the connection's charset for
+    ``url``, or why the URL has a part they cannot carry."""
+    import sqlalchemy
+
+    why = not_pymysql(url)
+    if why is not None:
+        return why
+    parsed = sqlalchemy.engine.make_url(url)
     query = dict(parsed.query)
     others = sorted(set(query) - {"unix_socket", "charset"})
     if others:

@@ -43,6 +43,7 @@ from airflow_pg_bulk.db.mysql_connector import (
     connector_extension,
     is_mariadb,
     is_text,
+    not_pymysql,
     pymysql_text,
     rendered,
     row_decoder,
@@ -85,10 +86,7 @@ class AlchemyReader:
         none. One bytes value a row through PyMySQL's unbuffered cursor took 1.9-2.4 s of
         CPU per million rows of four columns, where its rows took 3.0 s and ``write_row``
         0.5 s more."""
-        import sqlalchemy
-
-        url = sqlalchemy.engine.make_url(held_url(source_name))
-        if url.get_backend_name() not in ("mysql", "mariadb") or url.get_driver_name() != "pymysql":
+        if not_pymysql(held_url(source_name)) is not None:
             yield None
             return
         with alchemy_connection(source_name, copy=True) as src:
