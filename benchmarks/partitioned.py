@@ -31,6 +31,13 @@ table, then DETACH + DROP of the old month and ATTACH of the new in one transact
 partition must hold the floor table's rows. The ratio to the floor depends on the month's rows,
 not on the 59 partitions that are not touched.
 
+Scenario ``one_day`` (issue 17's daily reload): the same with ``--days`` daily partitions
+(1,826 by default: five years) and the last day re-sent; methods as ``one_month``, plus
+``delete_copy`` (DELETE of the day and COPY into the parent, one transaction) and
+``split_floor``: a yardstick, the least any load split into prepare, COPY and finalize tasks
+(staging, a ledger, the load history) must do, each step in as few round trips as it allows
+(see :func:`split_floor`); the project's distance to it is its own statements.
+
 The project's phases (``LoadSummary.seconds``) are printed and written to ``--json``.
 
 Needs only psycopg and the package (no Airflow). Do not run it at full size on a shared
@@ -86,7 +93,7 @@ FIVE_YEARS = 60  # monthly partitions of the one_month scenario's target
 ONE_MONTH = FIVE_YEARS - 1  # the month it re-sends: the last (2024-01)
 FIVE_YEARS_OF_DAYS = 1826  # daily partitions of the one_day scenario's target (--days)
 RELOAD = ("floor", "project", "by_hand", "delete_copy")
-SCENARIOS = {"year": METHODS, "one_month": RELOAD, "one_day": RELOAD}
+SCENARIOS = {"year": METHODS, "one_month": RELOAD, "one_day": (*RELOAD, "split_floor")}
 
 
 # the partitions' span: a month, or a day for the one_day scenario (set by main)
@@ -317,6 +324,70 @@ def delete_copy(
         conn.commit()
 
 
+def split_floor(
+    dsn: str, files: list[Path], _partitions: int, months: Sequence[int] | None = None
+) -> None:
+    """A yardstick, not a way to load: the least that any load split into Airflow's prepare,
+    COPY and finalize tasks must do beyond the hand-written way, each step in as few round
+    trips as it allows: prepare reads the parent's columns, key and triggers and makes a
+    staging table and a ledger (one transaction); the COPY task claims its ledger row, COPYs
+    and records its count (one); finalize takes an advisory lock, adds up the ledger, finds
+    the partition (the planner's partition descriptor, which the INSERT reuses), empties it
+    and inserts the staged rows through the parent, and records the load in the history (one);
+    then ANALYZE of the partition and DROP of staging and ledger. One period, at most
+    IN_PLACE_ROWS rows (the one_day scenario): in place, as the project loads it."""
+    (n,) = months if months is not None else [0]
+    (path,) = files
+    first, _after = _month(n)
+    parent = sql.Identifier(SCHEMA, TABLE)
+    stage, ledger = sql.Identifier(SCHEMA, "floor_stage"), sql.Identifier(SCHEMA, "floor_ledger")
+    with psycopg.connect(dsn) as conn:
+        conn.execute(
+            sql.SQL(
+                "SELECT (SELECT json_agg(a) FROM (SELECT attname, format_type(atttypid,"
+                " atttypmod), attnotnull FROM pg_attribute WHERE attrelid = {r}::regclass"
+                " AND attnum > 0 AND NOT attisdropped) a), pg_get_partkeydef({r}::regclass),"
+                " (SELECT count(*) FROM pg_trigger WHERE tgrelid = {r}::regclass"
+                " AND NOT tgisinternal)"
+            ).format(r=sql.Literal(f"{SCHEMA}.{TABLE}"))
+        ).fetchall()
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE {} (LIKE {} INCLUDING DEFAULTS);"
+                " CREATE TABLE {} (partition int PRIMARY KEY, rows bigint)"
+            ).format(stage, parent, ledger)
+        )
+        conn.commit()
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (0, NULL)").format(ledger))
+        _copy_file(conn, "floor_stage", path)
+        conn.execute(sql.SQL("UPDATE {} SET rows = 1 WHERE partition = 0").format(ledger))
+        conn.commit()
+        conn.execute(
+            sql.SQL("SELECT pg_advisory_xact_lock(1); SELECT sum(rows) FROM {}").format(ledger)
+        ).fetchall()
+        conn.execute(
+            sql.SQL("EXPLAIN (FORMAT JSON, COSTS OFF) SELECT 1 FROM {} WHERE date = {}").format(
+                parent, sql.Literal(first)
+            )
+        ).fetchall()
+        conn.execute(sql.SQL("TRUNCATE {}").format(sql.Identifier(SCHEMA, _partition(n))))
+        conn.execute(sql.SQL("INSERT INTO {} SELECT * FROM {}").format(parent, stage))
+        conn.execute(
+            sql.SQL(
+                "INSERT INTO {} (load_id, target, mode, rows)"
+                " VALUES ({}, {}, 'replace_partitions', 0)"
+            ).format(
+                sql.Identifier(SCHEMA, LOAD_HISTORY_TABLE),
+                sql.Literal(f"floor{time.time_ns()}"),
+                sql.Literal(f"{SCHEMA}.{TABLE}"),
+            )
+        )
+        conn.commit()
+        conn.autocommit = True
+        conn.execute(sql.SQL("ANALYZE {}").format(sql.Identifier(SCHEMA, _partition(n))))
+        conn.execute(sql.SQL("DROP TABLE {}, {}").format(stage, ledger))
+
+
 class Reader:
     """Reads one row of another partition than the loaded one every ``pause`` seconds on a
     session of its own while a method runs; ``worst``: the longest read (seconds, as the
@@ -386,6 +457,7 @@ def _run_method(
         "project": project,
         "by_hand": lambda dsn, files, partitions: by_hand(dsn, files, partitions, months),
         "delete_copy": lambda dsn, files, p: delete_copy(dsn, files, p, months),
+        "split_floor": lambda dsn, files, p: split_floor(dsn, files, p, months),
     }[name]
     reader = Reader(dsn, leaves // 2) if one_month and name != "floor" else None
     pinning.narrow()
@@ -484,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
             results[name]["reader_worst_ms"] = max(r["reader_worst_ms"] for r in done)
     _admin(args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(BASE)))
     if "project" in results:
-        for other in ("floor", "copy_parent", "by_hand", "delete_copy"):
+        for other in ("floor", "copy_parent", "by_hand", "delete_copy", "split_floor"):
             if other in results:
                 results["project"][f"ratio_to_{other}"] = round(
                     results["project"]["seconds"] / results[other]["seconds"], 3

@@ -119,8 +119,8 @@ def test_partitioned_benchmark_one_month_replaces_that_month(pg_dsn: str, tmp_pa
 
 def test_partitioned_benchmark_one_day_replaces_that_day(pg_dsn: str, tmp_path: Path) -> None:
     """The one_day scenario at a tiny size: 40 daily partitions of 20 meters, the last day
-    re-sent; every way leaves the same target, whose day is the file's, while a reader of
-    another day is timed."""
+    re-sent; every way (the split_floor yardstick too) leaves the same target, whose day is
+    the file's, while a reader of another day is timed."""
     from benchmarks import partitioned
 
     out = tmp_path / "one_day.json"
@@ -129,9 +129,11 @@ def test_partitioned_benchmark_one_day_replaces_that_day(pg_dsn: str, tmp_path: 
     results = json.loads(out.read_text())["results"]
     assert code == 0
     day = [20, results["floor"]["checksum"]]
-    assert all(results[n]["month"] == day for n in ("project", "by_hand", "delete_copy"))
+    ways = ("project", "by_hand", "delete_copy", "split_floor")
+    assert set(results) == {"floor", *ways}
+    assert all(results[n]["month"] == day for n in ways)
     assert {r["rows"] for n, r in results.items() if n != "floor"} == {20 * 40}
-    assert all(results[n]["reader_worst_ms"] >= 0 for n in ("project", "by_hand", "delete_copy"))
+    assert all(results[n]["reader_worst_ms"] >= 0 for n in ways)
 
 
 @pytest.mark.slow  # starts its own S3 server and loads four times: CI pass 1 only
