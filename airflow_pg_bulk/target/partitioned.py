@@ -323,7 +323,8 @@ def finalize_partitioned(
         # builds, and again under the lock
         replaced = partition_checks.replaced_parts(plan, loaded)
         history.refuse_overwriting_newer(conn, plan, replaced)
-        conn.commit()
+    # (reads: committed before the builds, or, when nothing is built, by the swap's
+    # transaction, which they open)
     built: dict[int, tuple[dict[str, str], dict[str, str]]] = {}
     if swapped:
         # only what is built reads these: index builds and constraint validations use
