@@ -21,7 +21,7 @@ import test_partitioned as tp
 from helpers import leftovers, write_csv
 from psycopg import sql as psql
 
-from airflow_pg_bulk import runner, steps
+from airflow_pg_bulk import runner, sql, steps
 from airflow_pg_bulk.db.driver import connect as connect_driver
 from airflow_pg_bulk.errors import BadDataError, LoadRefusedError
 from airflow_pg_bulk.plan import (
@@ -99,6 +99,37 @@ def test_a_failure_at_each_step_leaves_the_target_and_finalize_retried_goes_on(
 
 def test_a_failure_in_place_and_finalize_retried_goes_on(db, pg_dsn, tmp_path, monkeypatch):
     tp._fail_then_retry(db, pg_dsn, tmp_path, monkeypatch, "replace_partitions", "truncate")
+
+
+def test_a_load_in_place_reads_no_build_settings(db, pg_dsn, tmp_path, monkeypatch):
+    """A partition loaded in place builds nothing: finalize neither reads the server's
+    parallel limits nor sets maintenance_work_mem (each a round trip)."""
+    path, expected = tp._start(db, "replace_partitions", tmp_path)
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
+    )
+    conn = connect_driver(pg_dsn)
+    plan = steps.prepare(conn, request, "c1b2c3d4e5f6")
+    for part in plan.partitions:
+        steps.copy_partition(conn, plan, part.index)
+    settings: list[str] = []
+    real_set_config = sql.set_config
+
+    def set_config(name: str, *args: Any, **kwargs: Any) -> Any:
+        settings.append(name)
+        return real_set_config(name, *args, **kwargs)
+
+    def parallel_limits() -> Any:
+        raise AssertionError("the parallel limits read for a load in place")
+
+    monkeypatch.setattr(sql, "set_config", set_config)
+    monkeypatch.setattr(sql, "parallel_limits", parallel_limits)
+    steps.finalize(conn, plan)
+    steps.cleanup(conn, db.schema, plan.load_id)
+    conn.close()
+    assert "maintenance_work_mem" not in settings
+    assert "lock_timeout" in settings  # the recorder saw finalize's settings
+    assert db.checksum("readings", ", ".join(tp.COLUMNS)) == expected
 
 
 def test_a_copy_retried_after_its_commit_loads_nothing_twice(db, pg_dsn, tmp_path):

@@ -64,7 +64,11 @@ class Before:
 def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
     """The estimates and staged counts of a routed ``plan`` (see the module's docstring);
     None when they could not be read (the summary then says nothing of the changes: it never
-    fails the load). Ends its transaction."""
+    fails the load). Leaves its transaction open when they were read: finalize's next step
+    goes on in it and its commit ends it (a transaction of its own cost two round trips); the
+    reads lock no table of the target (the catalog, and the load's own staging partitions:
+    ACCESS SHARE, which a build in the same session does not wait for, and finalize commits
+    before other sessions build)."""
     t = plan.target
     leaves = t.partitioning.leaves if t.partitioning else ()
     try:
@@ -82,7 +86,6 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
         if len(leaves) > 1:
             names = [naming.staging_partition(plan.load_id, n) for n in range(len(leaves))]
             staged = {int(n): int(r) for n, r in execute(conn, staged_rows(t.schema, names))}
-        conn.commit()
     except Exception as exc:
         rollback_quietly(conn)
         if not is_database_error(exc):

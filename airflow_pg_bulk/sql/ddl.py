@@ -139,6 +139,15 @@ def setting_milliseconds(name: str) -> Composed:
     ).format(Literal(name))
 
 
+def copy_setting(source: str, into: str) -> Composed:
+    """Set ``into`` for this transaction to the session's value of ``source``, without the
+    client reading it (``into`` may be a custom setting, ``pgbulk.*``, to keep a value and
+    put it back later in the same round trip)."""
+    return SQL("SELECT set_config({}, current_setting({}), true)").format(
+        Literal(into), Literal(source)
+    )
+
+
 def parallel_limits() -> SQL:
     """The server's ceilings on parallel workers: ``max_worker_processes``,
     ``max_parallel_workers``, and ``max_parallel_maintenance_workers`` as the session had it

@@ -43,6 +43,7 @@ log = logging.getLogger(__name__)
 TRY_MS = 20  # the longest a reader queues behind one try
 PAUSE_SECONDS = (0.02, 0.25)  # between tries: from the first, doubling up to the last
 _SAVEPOINT = "pgbulk_lock"
+_KEPT = "pgbulk.lock_timeout"  # where a try keeps the transaction's lock_timeout
 
 
 def lock_for_swap(
@@ -61,8 +62,8 @@ def lock_for_swap(
         (readers go on meanwhile): checks of the definition, which no DDL can change from then
         on.
     :param only: lock a partitioned table alone, not its partitions (``LOCK TABLE ONLY``)."""
-    budget_ms = scalar(conn, sql.setting_milliseconds("lock_timeout")) or 0
-    deadline = time.monotonic() + budget_ms / 1000 if budget_ms else None
+    start = time.monotonic()
+    budget_ms: int | None = None  # lock_timeout, read when a try fails (not when it is granted)
     execute(conn, sql.lock_tables(tables, "SHARE UPDATE EXCLUSIVE", only=only))
     if under_share_update is not None:
         under_share_update()
@@ -71,22 +72,27 @@ def lock_for_swap(
     while True:
         tries += 1
         try:
-            # one round trip when the lock is granted (the usual case); the setting made
-            # after the savepoint goes back with it when the lock is not
+            # one round trip when the lock is granted (the usual case): lock_timeout kept
+            # aside by the server and put back, the client reads nothing; the settings made
+            # after the savepoint go back with it when the lock is not
             execute(
                 conn,
                 sql.in_one_round_trip(
                     sql.savepoint(_SAVEPOINT),
+                    sql.copy_setting("lock_timeout", _KEPT),
                     sql.set_config("lock_timeout", f"{TRY_MS}ms", local=True),
                     sql.lock_tables(tables, "ACCESS EXCLUSIVE", only=only),
                     sql.release(_SAVEPOINT),
-                    sql.set_config("lock_timeout", f"{budget_ms}ms", local=True),
+                    sql.copy_setting(_KEPT, "lock_timeout"),
                 ),
             )
         except Exception as exc:
             if not is_database_error(exc) or server_error(exc).sqlstate != LOCK_NOT_AVAILABLE:
                 raise
             execute(conn, sql.rollback_to(_SAVEPOINT))
+            if budget_ms is None:  # (lock_timeout as it was: the savepoint undid the try's)
+                budget_ms = scalar(conn, sql.setting_milliseconds("lock_timeout")) or 0
+            deadline = start + budget_ms / 1000 if budget_ms else None
             if deadline is not None and time.monotonic() + pause > deadline:
                 names = ", ".join(".".join(t) for t in tables)
                 raise TransientLoadError(

@@ -275,10 +275,11 @@ def make_visible(
     with ``sessions``, the partitions to swap built side by side first
     (:func:`~airflow_pg_bulk.target.partition_builds.build_in_parallel`); then
     :func:`finalize_partitioned`. The server's parallel limits are read once, for every
-    partition's build."""
-    limits = parallel_builds.read_limits(conn)
-    conn.commit()
+    partition's build, and only when something is built (a load in place builds nothing)."""
+    limits = None
     if sessions is not None and partition_builds.built_beside(plan) > 1:
+        limits = parallel_builds.read_limits(conn)
+        conn.commit()
         with clock.phase("build_partitions"):
             partition_builds.build_in_parallel(
                 sessions, plan, partition_builds.side_by_side(plan), limits
@@ -291,10 +292,11 @@ def finalize_partitioned(
     plan: LoadPlan,
     clock: PhaseClock,
     totals: LedgerTotals,
-    limits: parallel_builds.ParallelLimits,
+    limits: parallel_builds.ParallelLimits | None,
 ) -> None:
     """The partition-wise finalize (see the module's docstring); ``plan`` as :func:`route`
-    returned it; ``limits``: the server's, as finalize read them."""
+    returned it; ``limits``: the server's, as finalize read them, or None when not read yet
+    (read here then, only if a partition is built)."""
     t = plan.target
     rows = totals.rows
     parts = plan.target.required_partitioning()
@@ -310,7 +312,6 @@ def finalize_partitioned(
             + ". Its table partitions are replaced by tables built beside them, which cannot "
             "carry these over"
         )
-    execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
     loaded = list(range(len(leaves)))
     with clock.phase("check"):
         if not plan.staging_logged:  # a crash may have emptied some unlogged tables
@@ -322,8 +323,17 @@ def finalize_partitioned(
         # builds, and again under the lock
         replaced = partition_checks.replaced_parts(plan, loaded)
         history.refuse_overwriting_newer(conn, plan, replaced)
+    # (reads: committed before the builds, or, when nothing is built, by the swap's
+    # transaction, which they open)
+    built: dict[int, tuple[dict[str, str], dict[str, str]]] = {}
+    if swapped:
+        # only what is built reads these: index builds and constraint validations use
+        # maintenance_work_mem, the builds' sizing the server's parallel limits; a load
+        # in place builds nothing
+        execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
+        read = limits if limits is not None else parallel_builds.read_limits(conn)
         conn.commit()
-    built = {n: partition_builds.build_leaf(conn, plan, n, clock, limits) for n in swapped}
+        built = {n: partition_builds.build_leaf(conn, plan, n, clock, read) for n in swapped}
     inserted: dict[int, int] = {}  # partition: rows inserted in place
     with clock.phase("swap"):
         history.open_visible(conn, plan)
