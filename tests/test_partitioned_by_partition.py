@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -101,17 +102,24 @@ def test_a_failure_in_place_and_finalize_retried_goes_on(db, pg_dsn, tmp_path, m
     tp._fail_then_retry(db, pg_dsn, tmp_path, monkeypatch, "replace_partitions", "truncate")
 
 
-def test_a_load_in_place_reads_no_build_settings(db, pg_dsn, tmp_path, monkeypatch):
-    """A partition loaded in place builds nothing: finalize neither reads the server's
-    parallel limits nor sets maintenance_work_mem (each a round trip)."""
-    path, expected = tp._start(db, "replace_partitions", tmp_path)
+def _prepared_and_copied(db: Any, pg_dsn: str, path: Path, load_id: str) -> tuple[Any, Any]:
+    """A replace_partitions of ``path`` into ``readings`` in two COPY streams, prepared and
+    copied by the steps on one new connection, not finalized: (connection, plan)."""
     request = LoadRequest(
         mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
     )
     conn = connect_driver(pg_dsn)
-    plan = steps.prepare(conn, request, "c1b2c3d4e5f6")
+    plan = steps.prepare(conn, request, load_id)
     for part in plan.partitions:
         steps.copy_partition(conn, plan, part.index)
+    return conn, plan
+
+
+def test_a_load_in_place_reads_no_build_settings(db, pg_dsn, tmp_path, monkeypatch):
+    """A partition loaded in place builds nothing: finalize neither reads the server's
+    parallel limits nor sets maintenance_work_mem (each a round trip)."""
+    path, expected = tp._start(db, "replace_partitions", tmp_path)
+    conn, plan = _prepared_and_copied(db, pg_dsn, path, "c1b2c3d4e5f6")
     settings: list[str] = []
     real_set_config = sql.set_config
 
@@ -208,13 +216,7 @@ def test_a_partition_detached_after_prepare_is_refused(db, pg_dsn, tmp_path, mon
         monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
     tp.setup_target(db, "range")
     path = write_csv(tmp_path / "load.csv", tp.loaded_rows(db, "range", "replace_partitions"))
-    request = LoadRequest(
-        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
-    )
-    conn = connect_driver(pg_dsn)
-    plan = steps.prepare(conn, request, "d1b2c3d4e5f6")
-    for part in plan.partitions:
-        steps.copy_partition(conn, plan, part.index)
+    conn, plan = _prepared_and_copied(db, pg_dsn, path, "d1b2c3d4e5f6")
     readings, p2 = db.ident("readings"), db.ident("readings_p2")
     db.run(psql.SQL("ALTER TABLE {} DETACH PARTITION {}").format(readings, p2))
     db.run(psql.SQL("ALTER TABLE {} RENAME TO {}").format(p2, psql.Identifier("gone")))
