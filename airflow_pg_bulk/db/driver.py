@@ -117,6 +117,79 @@ def execute_count(conn: Any, statement: pg3sql.Composable) -> int:
         return int(cur.rowcount)
 
 
+def execute_each(conn: Any, statements: Sequence[pg3sql.Composable]) -> list[list[tuple[Any, ...]]]:
+    """Run ``statements`` one after another in the current transaction; return each one's rows
+    (empty for a statement that returns none). On psycopg 3, all of them in one round trip
+    (one query string, each result read in turn); on psycopg2, which keeps only the last
+    result of such a string, one round trip each. The first that fails raises, and the rest
+    do not run."""
+    if is_psycopg2(conn) or len(statements) < 2:
+        return [execute(conn, statement) for statement in statements]
+    results = []
+    with plain_cursor(conn) as cur:
+        cur.execute(pg3sql.SQL("; ").join(statements))
+        while True:
+            rows = cur.fetchall() if cur.description is not None else []
+            results.append([tuple(row) for row in rows])
+            if not cur.nextset():
+                break
+    if len(results) != len(statements):  # (a statement that is several, or none)
+        raise ValueError(f"{len(statements)} statements gave {len(results)} results")
+    return results
+
+
+def execute_then_commit(conn: Any, statement: pg3sql.Composable) -> list[tuple[Any, ...]]:
+    """Run ``statement``, the last of its transaction, and commit. On psycopg 3, ``COMMIT``
+    goes in the same query string as the statement (one round trip where two were); the
+    driver then sees the transaction ended, and its own commit has nothing to send. A
+    failure raises as :func:`execute` does and leaves the transaction failed (the COMMIT is
+    not reached), for the caller to roll back. (Pipeline mode, which would also carry the
+    ``BEGIN``, cost more client time than the round trip it saved: 0.44 against 0.31 ms for
+    a one-statement transaction, measured on loopback.)"""
+    if is_psycopg2(conn) or conn.autocommit:
+        rows = execute(conn, statement)
+        conn.commit()
+        return rows
+    with plain_cursor(conn) as cur:  # psycopg 3: the first statement's rows
+        cur.execute(pg3sql.SQL("{}; COMMIT").format(statement))
+        rows = [tuple(row) for row in cur.fetchall()] if cur.description is not None else []
+    conn.commit()  # (nothing to send: the server ended the transaction)
+    return rows
+
+
+def execute_outside_transaction(conn: Any, statement: pg3sql.Composable) -> list[tuple[Any, ...]]:
+    """Run ``statement`` on its own, in autocommit, and return its rows: one round trip
+    where ``BEGIN``, the statement and ``COMMIT`` take three. For a statement whose effect
+    outlives transactions (a session setting, a session's advisory lock) or a read that
+    needs no transaction. On a connection inside a transaction, it runs and commits there."""
+    idle = (
+        conn.get_transaction_status() == _psycopg2_idle()
+        if is_psycopg2(conn)
+        else conn.pgconn.transaction_status == _psycopg_idle()
+    )
+    if not idle or conn.autocommit:
+        rows = execute(conn, statement)
+        conn.commit()
+        return rows
+    conn.autocommit = True
+    try:
+        return execute(conn, statement)
+    finally:
+        conn.autocommit = False
+
+
+def _psycopg2_idle() -> int:
+    import psycopg2.extensions
+
+    return psycopg2.extensions.TRANSACTION_STATUS_IDLE
+
+
+def _psycopg_idle() -> Any:
+    from psycopg.pq import TransactionStatus
+
+    return TransactionStatus.IDLE
+
+
 def scalar(conn: Any, statement: pg3sql.Composable) -> Any:
     """The first column of the first row, or None."""
     rows = execute(conn, statement)

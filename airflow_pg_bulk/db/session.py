@@ -14,6 +14,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     close_cancelling,
     execute,
+    execute_outside_transaction,
     rollback_quietly,
     server_version,
     stop,
@@ -28,11 +29,12 @@ def start_session(conn: DatabaseConnection, application_name: str) -> None:
     a DBA sees the load, DAG, task and map index in ``pg_stat_activity``) and, on PostgreSQL 14+,
     set ``client_connection_check_interval`` so that a statement whose client was killed
     (SIGKILL: no cancel could be sent) stops within seconds instead of running to its end.
-    Commits (a session setting set in a transaction that rolls back would be undone)."""
+    Runs outside a transaction, in autocommit: a session setting set in a transaction that
+    rolls back would be undone (and one round trip, where a transaction of its own takes three;
+    on a connection already in a transaction, it commits that one)."""
     check = CLIENT_CHECK_INTERVAL if server_version(conn) >= 140000 else None
     try:
-        execute(conn, sql.session_setup(application_name, check))
-        conn.commit()
+        execute_outside_transaction(conn, sql.session_setup(application_name, check))
     except BaseException:
         rollback_quietly(conn)
         raise
