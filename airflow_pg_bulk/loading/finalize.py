@@ -15,7 +15,12 @@ import logging
 
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db import translate
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, server_error
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute_outside_transaction,
+    rollback_quietly,
+    server_error,
+)
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.errors import ConstraintViolationError
 from airflow_pg_bulk.loading import changes, copy, ledger, repair
@@ -48,14 +53,14 @@ def finalize(
         with clock.phase("check"):
             # for the whole session: every statement of finalize (the DDL on staging too, which
             # a killed earlier attempt's backend may still lock) waits at most lock_timeout
-            execute(
+            # (both session-level: in autocommit, one round trip)
+            execute_outside_transaction(
                 conn,
                 sql.in_one_round_trip(
                     sql.set_config("lock_timeout", plan.settings.lock_timeout),
                     sql.load_lock(plan.load_id),
                 ),
             )
-            conn.commit()
             locked = True
             repair.repair(conn, plan)  # ranges cut at a wrongly guessed record start
             totals = ledger.totals(conn, plan)
@@ -113,8 +118,7 @@ def finalize(
 
 def _release_load_lock(conn: DatabaseConnection, plan: LoadPlan) -> None:
     try:
-        execute(conn, sql.load_lock(plan.load_id, release=True))
-        conn.commit()
+        execute_outside_transaction(conn, sql.load_lock(plan.load_id, release=True))
     except Exception:  # the connection may be gone: the session's end released the lock
         log.debug("releasing the finalize lock failed", exc_info=True)
 

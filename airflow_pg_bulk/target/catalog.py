@@ -11,6 +11,7 @@ from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
+    execute_each,
     is_database_error,
     scalar,
     server_error,
@@ -328,8 +329,13 @@ def _pruned(
     values: list[tuple[Any, ...]],
 ) -> list[tuple[str, str]]:
     """The partitions the planner's partition pruning keeps for these key values (EXPLAIN)."""
-    execute(conn, sql.set_config("enable_partition_pruning", "on", local=True))
-    found = scalar(conn, sql.partitions_for_keys(target.schema, target.table, key, values))
+    _set, ((found,),) = execute_each(
+        conn,
+        [
+            sql.set_config("enable_partition_pruning", "on", local=True),
+            sql.partitions_for_keys(target.schema, target.table, key, values),
+        ],
+    )
     return sorted(_scanned(json.loads(found) if isinstance(found, str) else found))
 
 

@@ -23,6 +23,8 @@ from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
+    execute_each,
+    execute_then_commit,
     is_database_error,
     rollback_quietly,
     scalar,
@@ -133,8 +135,13 @@ def open_visible(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Open the transaction that makes the load's rows the target's: every statement in it
     waits at most ``lock_timeout``, and it holds the target's advisory lock (one such
     transaction per target at a time). :func:`close_visible` ends it."""
-    execute(conn, sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True))
-    execute(conn, sql.advisory_xact_lock(plan.target.oid))
+    execute(
+        conn,
+        sql.in_one_round_trip(
+            sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True),
+            sql.advisory_xact_lock(plan.target.oid),
+        ),
+    )
 
 
 def close_visible(
@@ -145,8 +152,7 @@ def close_visible(
 ) -> None:
     """End the transaction :func:`open_visible` opened: the load noted finalized
     (:func:`record_finalized`), then COMMIT."""
-    record_finalized(conn, plan, totals.rows, totals.nbytes, totals.rejected, parts)
-    conn.commit()
+    record_finalized(conn, plan, totals.rows, totals.nbytes, totals.rejected, parts, commit=True)
 
 
 @contextmanager
@@ -170,17 +176,26 @@ def record_finalized(
     nbytes: int,
     rejected: int,
     parts: Sequence[str] | None = None,
+    *,
+    commit: bool = False,
 ) -> None:
     """In the transaction that makes the load visible: note it in the ledger (a retried
     finalize then does nothing) and in the load history (kept after cleanup), with its run,
-    data interval and, for ``replace_partitions``, the partitions it swapped (``parts``)."""
+    data interval and, for ``replace_partitions``, the partitions it swapped (``parts``);
+    ``commit``: and commit, in the same round trip as the history's row."""
     t = plan.target
-    execute(conn, sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected))
     table = plan.history_table
-    if not scalar(conn, sql.relation_exists(*table)):  # (dropped since prepare?)
+    _marked, ((exists,),) = execute_each(
+        conn,
+        [
+            sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected),
+            sql.relation_exists(*table),
+        ],
+    )
+    if not exists:  # (dropped since prepare?)
         ensure(conn, table)
     run = plan.run
-    execute(
+    (execute_then_commit if commit else execute)(
         conn,
         sql.record_load(
             *table,
@@ -264,13 +279,13 @@ def trim(conn: DatabaseConnection, plan: LoadPlan) -> int:
     DAG task and partition. Never fails the load (logged); returns the rows deleted."""
     table = plan.history_table
     try:
-        deleted = scalar(
+        found = execute_then_commit(
             conn,
             sql.trim_load_history(
                 *table, target=plan.target.qualified, keep=plan.settings.history_keep
             ),
         )
-        conn.commit()
+        deleted = found[0][0] if found else None
     except Exception:
         rollback_quietly(conn)
         log.warning(

@@ -88,6 +88,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_count,
+    execute_then_commit,
     scalar,
     server_version,
 )
@@ -174,7 +175,19 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
         kept = partition_staging.layout_of(plan).move_rows(conn, plan, rows)
         leaves, unsupported = _capture_routed(conn, plan, kept)
         routed = _with_leaves(plan, leaves, unsupported)
-        conn.commit()
+        # each new table's COMMENT and the COMMIT: one round trip
+        comments = [
+            sql.comment_on(
+                "TABLE",
+                sql.qualified(t.schema, naming.staging_partition(plan.load_id, number)),
+                json.dumps(leaf.to_dict()),
+            )
+            for number, leaf in enumerate(leaves)
+        ]
+        if comments:
+            execute_then_commit(conn, sql.in_one_round_trip(*comments))
+        else:
+            conn.commit()
     log.info(
         "Load %s: its rows go to %d table partitions of %s (%s)",
         plan.load_id,
@@ -191,9 +204,9 @@ def _capture_routed(
 ) -> tuple[tuple[LeafPartition, ...], tuple[str, ...]]:
     """The partitions that received rows (``kept``, each with its new table): which are loaded
     in place (at most :data:`IN_PLACE_ROWS` rows, no trigger), each other one captured in
-    full, its definition kept in its new table's COMMENT (so that a retried finalize builds
-    and compares against exactly what was captured); returns them in order and what a
-    partition-wise load cannot carry over for them."""
+    full; returns them in order and what a partition-wise load cannot carry over for them.
+    (:func:`route` keeps each one's definition in its new table's COMMENT, so that a retried
+    finalize builds and compares against exactly what was captured.)"""
     t = plan.target
     # a partition loaded in place needs no definition; one swapped, its own in full
     by_name = {}
@@ -213,7 +226,7 @@ def _capture_routed(
         by_name.update((leaf.schema_and_name, leaf) for leaf in captured.leaves)
         unsupported = captured.unsupported
     leaves = []
-    for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
+    for leaf_schema, name, bound, constraint in kept:
         leaf = by_name.get((leaf_schema, name))
         if leaf is None or (leaf.bound, leaf.constraint) != (bound, constraint):
             raise LoadRefusedError(
@@ -222,14 +235,6 @@ def _capture_routed(
                 "load again"
             )
         leaves.append(leaf)
-        execute(
-            conn,
-            sql.comment_on(
-                "TABLE",
-                sql.qualified(t.schema, naming.staging_partition(plan.load_id, number)),
-                json.dumps(leaf.to_dict()),
-            ),
-        )
     return tuple(leaves), unsupported
 
 

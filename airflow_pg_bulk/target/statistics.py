@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, execute_then_commit
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.plan.figures import PhaseClock
 
@@ -116,5 +116,4 @@ def after_partitions_in_place(
         return
     with clock.phase("analyze"):
         for schema, table in worth:
-            execute(conn, sql.analyze(schema, table))
-            conn.commit()
+            execute_then_commit(conn, sql.analyze(schema, table))
