@@ -74,14 +74,15 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
     try:
         touched = [(leaf.definition.schema, leaf.definition.table) for leaf in leaves]
         estimates = {}
-        others = Others(0, 0, 0, 0)
+        every = Others(0, 0, 0, 0)  # all the partitions, the touched ones included
         for schema, name, estimate, count, holding, unknown in execute(
             conn, estimates_around(t.oid, touched)
         ):
             if schema is None:
-                others = Others(int(count), int(estimate), int(holding), int(unknown))
+                every = Others(int(count), int(estimate), int(holding), int(unknown))
             else:
                 estimates[schema, name] = int(estimate)
+        others = _without(every, [e for key, e in estimates.items() if key in touched])
         staged = None
         if len(leaves) > 1:
             names = [naming.staging_partition(plan.load_id, n) for n in range(len(leaves))]
@@ -93,6 +94,17 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
         log.info("Load %s: the summary of changes is left out: %s", plan.load_id, exc)
         return None
     return Before(estimates, staged, others)
+
+
+def _without(every: Others, touched: list[int]) -> Others:
+    """The partitions a load does not touch: ``every`` partition less the ``touched`` ones'
+    estimates."""
+    return Others(
+        every.count - len(touched),
+        every.held - sum(e for e in touched if e > 0),
+        every.holding - sum(1 for e in touched if e != 0),
+        every.unknown - sum(1 for e in touched if e < 0),
+    )
 
 
 def _known(estimate: int | None) -> int | None:
