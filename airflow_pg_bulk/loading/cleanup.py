@@ -120,20 +120,35 @@ def _drop_each(
     return left
 
 
-def drop_run_tables(conn: DatabaseConnection, schema: str, load_id: str) -> list[str]:
-    """Drop every table of the load ``load_id`` (in the caller's transaction); their names."""
-    names = [
-        row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
-    ]
-    for name in names:
-        execute(conn, sql.drop_table(schema, name, if_exists=True))
+def run_tables_check(schema: str, load_id: str) -> sql.Composable:
+    """The query: the names of the tables of the load ``load_id`` (what
+    :func:`drop_run_tables` drops), one per row."""
+    return sql.run_tables(schema, naming.run_objects_pattern(load_id))
+
+
+def drop_run_tables(
+    conn: DatabaseConnection, schema: str, load_id: str, *, names: list[str] | None = None
+) -> list[str]:
+    """Drop every table of the load ``load_id`` (in the caller's transaction); their names.
+    ``names``: those tables, when the caller read them already (:func:`run_tables_check`,
+    earlier in its transaction). All dropped in one round trip."""
+    if names is None:
+        names = [row[0] for row in execute(conn, run_tables_check(schema, load_id))]
+    if names:
+        drops = [sql.drop_table(schema, name, if_exists=True) for name in names]
+        execute(conn, sql.in_one_round_trip(*drops))
     return names
 
 
-def interval_seconds(conn: DatabaseConnection, name: str, interval: str) -> float:
-    """A PostgreSQL interval option in seconds; refused when it is not an interval."""
+def interval_seconds(
+    conn: DatabaseConnection, name: str, interval: str, *, seconds: float | None = None
+) -> float:
+    """A PostgreSQL interval option in seconds; refused when it is not an interval, or
+    negative. ``seconds``: the server's reading of it, when the caller read it already (then
+    nothing is sent)."""
     try:
-        seconds = float(scalar(conn, sql.interval_seconds(interval)))
+        if seconds is None:
+            seconds = float(scalar(conn, sql.interval_seconds(interval)))
     except Exception as exc:
         rollback_quietly(conn)
         if not is_database_error(exc):
@@ -150,10 +165,21 @@ def interval_seconds(conn: DatabaseConnection, name: str, interval: str) -> floa
 LEFTOVER_LOCK_TIMEOUT = "100ms"  # a leftover locked that long is in use: left alone
 
 
-def drop_abandoned(conn: DatabaseConnection, plan: LoadPlan) -> list[str]:
+def drop_abandoned(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    *,
+    ledgers: list[tuple[str, str | None]] | None = None,
+    max_age: float | None = None,
+) -> list[str]:
     """Drop the tables other loads into the same target left behind (a crashed load's staging,
     a finalized load whose cleanup failed), never those of a load that may still be running.
     Returns the names dropped. Runs at the end of prepare, in transactions of its own.
+
+    ``ledgers``: the rows of :func:`ledgers_check`, when the caller read them already (prepare
+    reads them in its transaction, before its commit); ``max_age``: ``abandoned_after`` in
+    seconds, when the caller has it (:func:`interval_seconds`). Nothing is sent when no other
+    load's ledger names the target.
 
     Another load's tables (found by its ledger, which names the target: cleanup drops the
     ledger last) are dropped when **none** of its sessions is connected
@@ -167,16 +193,16 @@ def drop_abandoned(conn: DatabaseConnection, plan: LoadPlan) -> list[str]:
     cannot be dropped (locked, another role's) is skipped with a warning."""
     t = plan.target
     dropped: list[str] = []
-    try:
-        ledgers = execute(conn, sql.load_ledgers(t.schema, naming.LEDGER_PATTERN))
-        conn.commit()
-    except Exception as exc:
-        rollback_quietly(conn)
-        if not is_database_error(exc):
-            raise
-        log.warning("Load %s: could not look for abandoned loads: %s", plan.load_id, exc)
-        return dropped
-    max_age = None
+    if ledgers is None:
+        try:
+            ledgers = execute(conn, ledgers_check(t.schema))
+            conn.commit()
+        except Exception as exc:
+            rollback_quietly(conn)
+            if not is_database_error(exc):
+                raise
+            log.warning("Load %s: could not look for abandoned loads: %s", plan.load_id, exc)
+            return dropped
     for ledger, comment in ledgers:
         other = naming.load_of_ledger(ledger)
         record = comment_record(comment)
@@ -225,6 +251,12 @@ def drop_abandoned(conn: DatabaseConnection, plan: LoadPlan) -> list[str]:
             ", ".join(names),
         )
     return dropped
+
+
+def ledgers_check(schema: str) -> sql.Composable:
+    """The query :func:`drop_abandoned` starts with: every load's ledger in ``schema``, with
+    its comment."""
+    return sql.load_ledgers(schema, naming.LEDGER_PATTERN)
 
 
 def _abandoned(

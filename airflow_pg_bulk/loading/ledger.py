@@ -23,14 +23,24 @@ from airflow_pg_bulk.target import partitioned
 from airflow_pg_bulk.target.history import LedgerTotals
 
 
-def create(conn: DatabaseConnection, plan: LoadPlan, digest: str) -> None:
+def create(
+    conn: DatabaseConnection, plan: LoadPlan, digest: str, *, prepared_at: float | None = None
+) -> None:
     """The ledger table, its comment the plan's digest, the target and prepare's time (the
-    server's clock): in prepare's transaction."""
+    server's clock): in prepare's transaction, in one round trip. ``prepared_at``: the
+    server's ``now()`` (the transaction's start: ``sql.now_epoch``), when the caller read it
+    already in this transaction."""
     schema = plan.target.schema
-    execute(conn, sql.create_ledger(schema, plan.ledger_table))
-    comment = ledger_comment(digest, plan.target.qualified, scalar(conn, sql.now_epoch()))
+    if prepared_at is None:
+        prepared_at = scalar(conn, sql.now_epoch())
+    comment = ledger_comment(digest, plan.target.qualified, prepared_at)
     ledger = sql.qualified(schema, plan.ledger_table)
-    execute(conn, sql.comment_on("TABLE", ledger, comment))
+    execute(
+        conn,
+        sql.in_one_round_trip(
+            sql.create_ledger(schema, plan.ledger_table), sql.comment_on("TABLE", ledger, comment)
+        ),
+    )
 
 
 def ledger_comment(digest: str, target: str, prepared_at: float) -> str:
@@ -50,35 +60,75 @@ def comment_record(comment: str | None) -> dict[str, Any] | None:
     return found if isinstance(found, dict) else None
 
 
-def can_resume(conn: DatabaseConnection, plan: LoadPlan, digest: str) -> bool:
-    """An earlier attempt made staging and a ledger for this very plan, not finalized: keep
-    them, and the partitions committed in them."""
+def resume_checks(plan: LoadPlan) -> list[sql.Composable]:
+    """The queries :func:`can_resume` starts with (each one row, one value): the digest the
+    ledger was made for, and whether staging exists."""
     schema = plan.target.schema
-    if scalar(conn, sql.ledger_digest(schema, plan.ledger_table)) != digest:
+    return [
+        sql.ledger_digest(schema, plan.ledger_table),
+        sql.relation_exists(schema, plan.staging_table),
+    ]
+
+
+def can_resume(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    digest: str,
+    *,
+    found: tuple[str | None, bool] | None = None,
+) -> bool:
+    """An earlier attempt made staging and a ledger for this very plan, not finalized: keep
+    them, and the partitions committed in them. ``found``: the answers of
+    :func:`resume_checks`, when the caller read them already in its transaction."""
+    schema = plan.target.schema
+    ledger_query, staging_query = resume_checks(plan)
+    found_digest = found[0] if found else scalar(conn, ledger_query)
+    if found_digest != digest:
         return False
-    if not scalar(conn, sql.relation_exists(schema, plan.staging_table)):
+    if not (found[1] if found else scalar(conn, staging_query)):
         return False
     ledger = execute(conn, sql.ledger_rows(schema, plan.ledger_table))
     return all(row[0] != sql.FINALIZED for row in ledger)
 
 
-def store_pieces(conn: DatabaseConnection, plan: LoadPlan, digest: str) -> None:
-    """Write each partition's pieces into the load's pieces table, its comment the plan's
-    digest (as the ledger's); kept as it is when prepare runs again for the same plan."""
+def pieces_checks(plan: LoadPlan) -> list[sql.Composable]:
+    """The queries :func:`store_pieces` starts with (each one row, one value): the digest the
+    pieces table was made for, and whether it exists."""
     schema = plan.target.schema
     name = naming.pieces_table(plan.load_id)
-    if scalar(conn, sql.ledger_digest(schema, name)) == digest:
+    return [sql.ledger_digest(schema, name), sql.relation_exists(schema, name)]
+
+
+def store_pieces(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    digest: str,
+    *,
+    found: tuple[str | None, bool] | None = None,
+) -> None:
+    """Write each partition's pieces into the load's pieces table, its comment the plan's
+    digest (as the ledger's); kept as it is when prepare runs again for the same plan. Made
+    in one round trip. ``found``: the answers of :func:`pieces_checks`, when the caller knows
+    them already in its transaction."""
+    schema = plan.target.schema
+    name = naming.pieces_table(plan.load_id)
+    digest_query, exists_query = pieces_checks(plan)
+    if (found[0] if found else scalar(conn, digest_query)) == digest:
         return
-    if scalar(conn, sql.relation_exists(schema, name)):  # (no DDL when there is none)
-        execute(conn, sql.drop_table(schema, name))
-    execute(conn, sql.create_pieces(schema, name))
-    execute(conn, sql.comment_on("TABLE", sql.qualified(schema, name), digest))
+    making = []
+    if found[1] if found else scalar(conn, exists_query):  # (no DDL when there is none)
+        making.append(sql.drop_table(schema, name))
+    making += [
+        sql.create_pieces(schema, name),
+        sql.comment_on("TABLE", sql.qualified(schema, name), digest),
+    ]
     rows = [  # ensure_ascii (json's default): any database encoding stores the text as is
         (p.index, json.dumps([x.to_dict() for x in p.pieces], ensure_ascii=True))
         for p in plan.partitions
     ]
     if rows:
-        execute(conn, sql.insert_pieces(schema, name, rows))
+        making.append(sql.insert_pieces(schema, name, rows))
+    execute(conn, sql.in_one_round_trip(*making))
 
 
 def read_pieces(

@@ -8,7 +8,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from airflow_pg_bulk.db.driver import DatabaseConnection
+from airflow_pg_bulk import sql
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    is_database_error,
+    rollback_quietly,
+)
 from airflow_pg_bulk.loading import sources
 from airflow_pg_bulk.plan import LoadRequest, TargetDefinition, UpsertSpec, planning
 from airflow_pg_bulk.source import formats
@@ -27,6 +33,11 @@ class Survey:
     :param matched: what the files told of their columns.
     :param columns: the target's columns the load fills, in the source's order.
     :param key: an upsert's key and how duplicates are settled; None for the other modes.
+    :param leaves: how many direct partitions a partitioned target has (0 for a plain one).
+    :param history_exists: whether the load history exists in the target's schema.
+    :param abandoned_after: the ``abandoned_after`` asked for, in seconds, as the server read
+        it; None when not asked for, or when it is no interval (refused where prepare reads
+        it: :func:`airflow_pg_bulk.loading.cleanup.interval_seconds`).
     """
 
     target: TargetDefinition
@@ -35,6 +46,9 @@ class Survey:
     matched: formats.Matched
     columns: tuple[str, ...]
     key: UpsertSpec | None
+    leaves: int = 0
+    history_exists: bool = False
+    abandoned_after: float | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -42,14 +56,28 @@ class Survey:
         return sum(f.size for f in self.files)
 
 
-def survey(conn: DatabaseConnection, request: LoadRequest, schema: str, table: str) -> Survey:
+def survey(
+    conn: DatabaseConnection,
+    request: LoadRequest,
+    schema: str,
+    table: str,
+    *,
+    abandoned_after: str | None = None,
+) -> Survey:
     """Capture ``schema.table`` and check that ``request`` can load it (the mode's needs, the
     role's privileges, the load history's access), list and match the source, find the
-    upsert key. Ends with the connection's transaction rolled back."""
+    upsert key. Ends with the connection's transaction rolled back.
+
+    The checks, the target's number of partitions, whether the load history exists and the
+    interval ``abandoned_after`` (when given: prepare's) are read in one statement after the
+    capture (:func:`read_checks`)."""
     target = catalog.capture(conn, schema, table)
     catalog.refuse_unsupported(target, request.mode)
-    catalog.refuse_without_privileges(conn, target, request.mode)
-    history.refuse_without_access(conn, schema)
+    privileges, writable, history_exists, leaves, seconds = read_checks(
+        conn, target, abandoned_after
+    )
+    catalog.refuse_without_privileges(conn, target, request.mode, privileges=privileges)
+    history.refuse_without_access(conn, schema, writable=writable)
     conn.rollback()
     source = sources.for_request(request)
     source_format = source.format
@@ -62,4 +90,45 @@ def survey(conn: DatabaseConnection, request: LoadRequest, schema: str, table: s
         indexes = upsert.unique_indexes(conn, target)
         conn.rollback()
         key = planning.upsert_spec(request, target, columns, indexes)
-    return Survey(target, source, files, matched, tuple(columns), key)
+    return Survey(
+        target, source, files, matched, tuple(columns), key, leaves, history_exists, seconds
+    )
+
+
+def read_checks(
+    conn: DatabaseConnection, target: TargetDefinition, abandoned_after: str | None
+) -> tuple[tuple, bool, bool, int, float | None]:
+    """In one statement, in the capture's transaction: the role's privileges on the target
+    (the row of ``sql.loader_privileges``), whether the load history is missing or writable,
+    whether it exists, the target's number of partitions (0 for a plain table) and
+    ``abandoned_after`` in seconds (None when not given).
+
+    An ``abandoned_after`` that is no interval fails the statement: the rest is read again
+    without it (in a new transaction, its search_path pinned again), and its seconds are
+    None, so that prepare refuses it where it did before this read (after the source's
+    checks), with the same error."""
+    schema = target.schema
+    queries = [
+        sql.loader_privileges(target.oid),
+        history.access_check(schema),
+        history.exists_check(schema),
+    ]
+    if target.partitioning is not None:
+        queries.append(sql.leaf_count(target.oid))
+    found: list[list[tuple]] | None = None
+    if abandoned_after is not None:
+        try:
+            found = catalog.rows_of_each(conn, [*queries, sql.interval_seconds(abandoned_after)])
+        except Exception as exc:
+            if not is_database_error(exc):
+                raise
+            rollback_quietly(conn)
+            execute(conn, sql.pin_search_path())
+    seconds = None
+    if found is None:
+        found = catalog.rows_of_each(conn, queries)
+    else:
+        seconds = float(found.pop()[0][0])
+    privileges, ((writable,),), ((exists,),), *rest = found
+    leaves = int(rest[0][0][0]) if rest else 0
+    return privileges[0], bool(writable), bool(exists), leaves, seconds

@@ -355,11 +355,18 @@ def _scanned(node: Any) -> set[tuple[str, str]]:
 
 
 def refuse_without_privileges(
-    conn: DatabaseConnection, target: TargetDefinition, mode: Mode
+    conn: DatabaseConnection,
+    target: TargetDefinition,
+    mode: Mode,
+    *,
+    privileges: Sequence[Any] | None = None,
 ) -> None:
     """Raise :class:`LoadRefusedError` before anything is loaded when the session's role lacks
-    a privilege the load needs (see the README's privileges table)."""
-    owner, insert, create, role, update = execute(conn, sql.loader_privileges(target.oid))[0]
+    a privilege the load needs (see the README's privileges table). ``privileges``: the row of
+    ``sql.loader_privileges`` when the caller read it already (with its other reads)."""
+    if privileges is None:
+        privileges = execute(conn, sql.loader_privileges(target.oid))[0]
+    owner, insert, create, role, update = privileges
     name = target.qualified
     if mode.swaps_table and not owner:
         raise LoadRefusedError(

@@ -40,11 +40,19 @@ HISTORY_INDEX = f"{LOAD_HISTORY_TABLE}_order"
 
 
 def refuse_appending_twice(
-    conn: DatabaseConnection, schema: str, load_id: str, target: str
+    conn: DatabaseConnection,
+    schema: str,
+    load_id: str,
+    target: str,
+    *,
+    exists: bool | None = None,
 ) -> None:
-    """Raise :class:`AlreadyLoadedError` when this load id was finalized before."""
+    """Raise :class:`AlreadyLoadedError` when this load id was finalized before. ``exists``:
+    whether the load history exists, when the caller read it already (:func:`exists_check`)."""
     table = (schema, LOAD_HISTORY_TABLE)
-    if not scalar(conn, sql.relation_exists(*table)):
+    if exists is None:
+        exists = bool(scalar(conn, exists_check(schema)))
+    if not exists:
         return
     found = execute(conn, sql.load_record(*table, load_id))
     if found:
@@ -58,10 +66,26 @@ def refuse_appending_twice(
         )
 
 
-def refuse_without_access(conn: DatabaseConnection, schema: str) -> None:
-    """Refuse before anything is made when another role's load history cannot be written."""
+def exists_check(schema: str) -> sql.Composable:
+    """The query: whether the load history of ``schema`` exists."""
+    return sql.relation_exists(schema, LOAD_HISTORY_TABLE)
+
+
+def access_check(schema: str) -> sql.Composable:
+    """The query: whether the load history of ``schema`` is missing or this role can write it
+    (what :func:`refuse_without_access` reads)."""
+    return sql.writable_unless_missing(schema, LOAD_HISTORY_TABLE, ("SELECT", "INSERT", "UPDATE"))
+
+
+def refuse_without_access(
+    conn: DatabaseConnection, schema: str, *, writable: bool | None = None
+) -> None:
+    """Refuse before anything is made when another role's load history cannot be written.
+    ``writable``: the answer of :func:`access_check`, when the caller read it already."""
     table = (schema, LOAD_HISTORY_TABLE)
-    if not scalar(conn, sql.writable_unless_missing(*table, ("SELECT", "INSERT", "UPDATE"))):
+    if writable is None:
+        writable = bool(scalar(conn, access_check(schema)))
+    if not writable:
         name = sql.qualified(*table).as_string()
         raise LoadRefusedError(
             f"this role cannot write the load history {name} (another role made it): "
@@ -69,15 +93,28 @@ def refuse_without_access(conn: DatabaseConnection, schema: str) -> None:
         )
 
 
-def ensure(conn: DatabaseConnection, table: tuple[str, str]) -> None:
+def state_check(table: tuple[str, str]) -> sql.Composable:
+    """The query :func:`ensure` starts with: whether the history exists, the ordering rule's
+    columns it lacks, whether its index exists."""
+    return sql.load_history_state(*table, sql.LOAD_HISTORY_ORDER_COLUMNS, HISTORY_INDEX)
+
+
+def ensure(
+    conn: DatabaseConnection,
+    table: tuple[str, str],
+    *,
+    state: Sequence[object] | None = None,
+) -> None:
     """The load history with the ordering rule's columns and index: created if missing, and
     a history made by an earlier version upgraded (columns added, index built: once, under
     the creation lock, in the caller's transaction). A role that may not alter another
     role's history gets a refusal naming the statements its owner must run. One query when
-    the history is there as it should be (every load after the first)."""
-    exists, missing, index = execute(
-        conn, sql.load_history_state(*table, sql.LOAD_HISTORY_ORDER_COLUMNS, HISTORY_INDEX)
-    )[0]
+    the history is there as it should be (every load after the first); none when the caller
+    read that query's row already, earlier in its transaction (``state``: the row of
+    :func:`state_check`)."""
+    if state is None:
+        state = execute(conn, state_check(table))[0]
+    exists, missing, index = state
     if exists and not missing and index:
         return
     catalog.create_if_missing(conn, table, sql.create_load_history)
@@ -214,7 +251,11 @@ def record_finalized(
 
 
 def refuse_overwriting_newer(
-    conn: DatabaseConnection, plan: LoadPlan, parts: Sequence[str] | None = None
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    parts: Sequence[str] | None = None,
+    *,
+    exists: bool | None = None,
 ) -> None:
     """The ordering rule: a replace, replace_partitions or upsert must not replace rows that
     a load of a later run of the same DAG task put in the target (two runs at once, a
@@ -224,12 +265,17 @@ def refuse_overwriting_newer(
     ``parts``: the partitions a ``replace_partitions`` swaps (only a later load that replaced
     the whole target or one of them counts); None: the whole target. Called early (before the
     work) and again under the target's lock, where an index range scan of the later loads is
-    all it costs. Loads without a run (outside Airflow) are not ordered."""
+    all it costs. Loads without a run (outside Airflow) are not ordered.
+
+    ``exists``: whether the load history exists, when the caller read it already (for the
+    early check only: the one under the lock reads it there)."""
     run = plan.run
     if not plan.mode.ordered_by_run or run is None:
         return
     table = plan.history_table
-    if not scalar(conn, sql.relation_exists(*table)):
+    if exists is None:
+        exists = bool(scalar(conn, sql.relation_exists(*table)))
+    if not exists:
         return
     newer = execute(
         conn,
