@@ -273,3 +273,31 @@ def load_both_ways(
             db.run(sql.SQL("SELECT t::text FROM {} AS t ORDER BY id").format(db.ident(name)))
         )
     return [r[0] for r in got[0]], [r[0] for r in got[1]]
+
+
+def daily_target(db: Any, days: int, day0: str) -> None:
+    """``meters`` (2,000) and ``readings`` partitioned by day into ``days`` partitions from
+    ``day0`` (made by one DO block: one statement), PK (meter_id, day) and FK to meters,
+    5 meters' rows a day: the shape of issue 17's daily reload."""
+    db.run(sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(db.ident("meters")))
+    db.run(sql.SQL("INSERT INTO {} SELECT generate_series(1, 2000)").format(db.ident("meters")))
+    db.run(
+        sql.SQL(
+            "CREATE TABLE {} (meter_id integer NOT NULL REFERENCES {}, day date NOT NULL,"
+            " reading double precision, PRIMARY KEY (meter_id, day)) PARTITION BY RANGE (day)"
+        ).format(db.ident("readings"), db.ident("meters"))
+    )
+    db.run(
+        sql.SQL(
+            "DO $$ DECLARE s text := {}; d date := {}; BEGIN FOR i IN 0..{} LOOP EXECUTE"
+            " format('CREATE TABLE %I.%I PARTITION OF %I.readings FOR VALUES FROM (%L) TO (%L)',"
+            " s, 'readings_' || to_char(d + i, 'YYYYMMDD'), s, d + i, d + i + 1); END LOOP;"
+            " END $$"
+        ).format(sql.Literal(db.schema), sql.Literal(day0), sql.Literal(days - 1))
+    )
+    db.run(
+        sql.SQL(
+            "INSERT INTO {} SELECT m, date {} + d, 1 FROM generate_series(1, 5) m,"
+            " generate_series(0, {}) d"
+        ).format(db.ident("readings"), sql.Literal(day0), sql.Literal(days - 1))
+    )

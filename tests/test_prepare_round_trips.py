@@ -23,10 +23,10 @@ from airflow_pg_bulk.db.driver import connect as connect_driver
 from airflow_pg_bulk.errors import LoadRefusedError
 from airflow_pg_bulk.plan import LoadRequest, Settings
 
-#: a first prepare of a replace_partitions (the load history there): BEGIN, search_path, the
-#: table, its definition, the checks, ROLLBACK; BEGIN, the reads before making, staging, the
-#: ledger, COMMIT (it was 24 when each read was a statement of its own)
-FIRST_PREPARE = 11
+#: a first prepare of a replace_partitions (the load history there): BEGIN, search_path and
+#: the table, its definition, the checks, ROLLBACK; BEGIN, the reads before making, staging,
+#: the ledger, COMMIT (it was 24 when each read was a statement of its own)
+FIRST_PREPARE = 10
 
 
 def _round_trips(conn: Any, work: Callable[[], Any]) -> tuple[Any, int]:

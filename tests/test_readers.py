@@ -32,7 +32,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from conftest import Database
-from helpers import create_items, plain_copy_checksum, rows, write_csv
+from helpers import create_items, daily_target, plain_copy_checksum, rows, write_csv
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
@@ -249,33 +249,6 @@ DAY0 = "2019-01-01"
 READER_BOUND = 0.1  # seconds a reader of another partition may wait during the whole load
 
 
-def _daily_target(db: Database) -> None:
-    """``meters`` (2,000) and ``readings`` partitioned by day into DAYS partitions (made by one
-    DO block: one statement), PK (meter_id, day) and FK to meters, 5 meters' rows a day."""
-    db.run(sql.SQL("CREATE TABLE {} (id integer PRIMARY KEY)").format(db.ident("meters")))
-    db.run(sql.SQL("INSERT INTO {} SELECT generate_series(1, 2000)").format(db.ident("meters")))
-    db.run(
-        sql.SQL(
-            "CREATE TABLE {} (meter_id integer NOT NULL REFERENCES {}, day date NOT NULL,"
-            " reading double precision, PRIMARY KEY (meter_id, day)) PARTITION BY RANGE (day)"
-        ).format(db.ident("readings"), db.ident("meters"))
-    )
-    db.run(
-        sql.SQL(
-            "DO $$ DECLARE s text := {}; d date := {}; BEGIN FOR i IN 0..{} LOOP EXECUTE"
-            " format('CREATE TABLE %I.%I PARTITION OF %I.readings FOR VALUES FROM (%L) TO (%L)',"
-            " s, 'readings_' || to_char(d + i, 'YYYYMMDD'), s, d + i, d + i + 1); END LOOP;"
-            " END $$"
-        ).format(sql.Literal(db.schema), sql.Literal(DAY0), sql.Literal(DAYS - 1))
-    )
-    db.run(
-        sql.SQL(
-            "INSERT INTO {} SELECT m, date {} + d, 1 FROM generate_series(1, 5) m,"
-            " generate_series(0, {}) d"
-        ).format(db.ident("readings"), sql.Literal(DAY0), sql.Literal(DAYS - 1))
-    )
-
-
 def _drop_in_chunks(db: Database) -> None:
     """Drop the partitions a few hundred at a time (dropping the schema at once would need
     a lock per partition and index: more than the server's lock table holds)."""
@@ -324,7 +297,7 @@ def test_a_daily_reload_of_1826_partitions_keeps_readers_of_other_days_waiting_u
     every partition under that lock)."""
     if way == "swap":
         monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
-    _daily_target(db)
+    daily_target(db, DAYS, DAY0)
     last = (datetime.date.fromisoformat(DAY0) + datetime.timedelta(days=DAYS - 1)).isoformat()
     path = write_csv(tmp_path / "day.csv", [(m, last, m / 2) for m in range(1, 2001)])
 

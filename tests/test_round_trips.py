@@ -4,10 +4,15 @@ after it, success and failure alike."""
 
 from __future__ import annotations
 
+import os
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import Database
+from helpers import daily_target
 from psycopg import sql
 
 from airflow_pg_bulk.db.driver import (
@@ -19,7 +24,9 @@ from airflow_pg_bulk.db.driver import (
     rollback_quietly,
     server_error,
 )
-from tests.conftest import Database
+
+#: the in-process daily reload's round trips (see the last test), session set-ups included
+ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 7, "finalize": 29, "cleanup": 8}
 
 
 def _in_transaction(conn: Any) -> bool:
@@ -144,3 +151,62 @@ def test_execute_outside_transaction_keeps_a_session_setting_and_autocommit_off(
     assert db.run(
         sql.SQL("SELECT to_regclass({}) IS NULL, to_regclass({}) IS NOT NULL").format(*names)
     ) == [(True, True)]
+
+
+def test_a_daily_reload_in_place_makes_its_round_trips_only(
+    db: Database, pg_dsn: str, tmp_path: Any
+) -> None:
+    """Issue 17: a daily reload (one day's rows into a table partitioned by day, loaded in
+    place) costs what its statements cost, and each round trip is ~0.3 ms of client and
+    server time on loopback. Counted on the wire (libpq's protocol trace: one ReadyForQuery
+    per round trip) for the in-process load, the load history already made by a first load:
+    the server's statement log counted 92 before they were cut (prepare 27, COPY 13, finalize 42,
+    cleanup 10)."""
+    import csv
+
+    import psycopg
+
+    from airflow_pg_bulk import runner
+
+    daily_target(db, 5, "2024-01-01")
+    source = tmp_path / "day.csv"
+    with source.open("w", newline="") as f:
+        csv.writer(f).writerows([m, "2024-01-03", m * 10] for m in range(1, 301))
+    traces: list[tuple[int, Path]] = []
+
+    def traced() -> psycopg.Connection:
+        conn = psycopg.connect(pg_dsn)
+        path = tmp_path / f"trace{len(traces)}"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+        conn.pgconn.trace(fd)
+        conn.pgconn.set_trace_flags(
+            psycopg.pq.Trace.SUPPRESS_TIMESTAMPS | psycopg.pq.Trace.REGRESS_MODE
+        )
+        traces.append((fd, path))
+        return conn
+
+    def load(factory: Any) -> Any:
+        return runner.load(factory, db.table("readings"), [str(source)], mode="replace_partitions")
+
+    load(lambda: psycopg.connect(pg_dsn))  # the first: makes the load history
+    try:
+        summary = load(traced)
+    finally:
+        for fd, _trace in traces:
+            os.close(fd)
+    steps: dict[str, int] = {}
+    step = "connect"
+    for _fd, trace in traces:
+        for line in trace.read_text().splitlines():
+            found = re.search(r"'pgbulk:[0-9a-f]+:(\w+)", line)
+            if line.startswith("F") and "application_name" in line and found:
+                step = found.group(1)
+            if line.split("\t")[:3:2] == ["B", "ReadyForQuery"]:
+                steps[step] = steps.get(step, 0) + 1
+    assert summary.rows == 300
+    day = sql.SQL("SELECT count(*), sum(reading) FROM {}").format(db.ident("readings_20240103"))
+    assert db.run(day) == [(300, sum(m * 10 for m in range(1, 301)))]
+    assert len(traces) == 1  # one session: prepare, COPY, finalize and cleanup in turn
+    # each step's, its session's set-up included, as counted when this test was written:
+    # more means a statement gained a round trip
+    assert steps == ROUND_TRIPS_OF_A_DAILY_RELOAD

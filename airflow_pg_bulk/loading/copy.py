@@ -168,10 +168,13 @@ def copy_partition(
     started = time.perf_counter()
     copier = None
     try:
-        execute(
-            conn, sql.set_config("synchronous_commit", plan.settings.synchronous_commit, local=True)
+        ledger.check_ledger_plan(
+            conn,
+            plan,
+            after=[
+                sql.set_config("synchronous_commit", plan.settings.synchronous_commit, local=True)
+            ],
         )
-        ledger.check_ledger_plan(conn, plan)
         if not ledger.claim(conn, plan, index):
             rows, nbytes, seconds, rejected = ledger.committed(conn, plan, index)
             conn.rollback()
@@ -187,8 +190,7 @@ def copy_partition(
             copier.copy(piece)
         rows, nbytes, rejected = copier.rows, copier.nbytes, copier.rejected
         seconds = time.perf_counter() - started
-        ledger.record(conn, plan, index, rows, nbytes, seconds, rejected)
-        conn.commit()
+        ledger.record(conn, plan, index, rows, nbytes, seconds, rejected, commit=True)
     except alignment.Misaligned as exc:
         rollback_quietly(conn)
         return alignment.record_misaligned(conn, plan, index, exc, time.perf_counter() - started)

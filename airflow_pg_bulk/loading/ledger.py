@@ -16,7 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    execute_each,
+    execute_outside_transaction,
+    execute_then_commit,
+    rollback_quietly,
+    scalar,
+)
 from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece, planning
 from airflow_pg_bulk.target import partitioned
@@ -194,9 +202,12 @@ def record(
     nbytes: int,
     seconds: float,
     rejected: int,
+    *,
+    commit: bool = False,
 ) -> None:
-    """Note the partition's figures in its ledger row, in the transaction of its rows."""
-    execute(
+    """Note the partition's figures in its ledger row, in the transaction of its rows;
+    ``commit``: and commit that transaction, in the same round trip."""
+    (execute_then_commit if commit else execute)(
         conn,
         sql.record_partition(
             plan.target.schema, plan.ledger_table, index, rows, nbytes, seconds, rejected
@@ -204,13 +215,18 @@ def record(
     )
 
 
-def check_ledger_plan(conn: DatabaseConnection, plan: LoadPlan) -> None:
+def check_ledger_plan(
+    conn: DatabaseConnection, plan: LoadPlan, *, after: Sequence[sql.Composable] = ()
+) -> None:
     """Refuse to work with a ledger made for another plan, or with none.
 
     Prepare run again (a retry, a cleared task) for changed files makes a new ledger for its
-    new plan; a COPY or finalize still holding the old plan must not mix the two."""
+    new plan; a COPY or finalize still holding the old plan must not mix the two.
+
+    :param after: statements that the read follows, in the same round trip (a transaction's
+        settings; their rows are not read)."""
     t = plan.target
-    found = scalar(conn, sql.ledger_digest(t.schema, plan.ledger_table))
+    *_, ((found,),) = execute_each(conn, [*after, sql.ledger_digest(t.schema, plan.ledger_table)])
     if found == (plan.digest or planning.plan_digest(plan)):
         return
     if found is None:
@@ -280,9 +296,8 @@ def copy_span(conn: DatabaseConnection, plan: LoadPlan) -> tuple[float, float] |
     clock (``time.time()``): the server's clock is read with them and the offset taken off.
     ``None`` when no partition is in the ledger."""
     before = time.time()
-    rows = execute(conn, sql.copy_span(plan.target.schema, plan.ledger_table))
+    rows = execute_outside_transaction(conn, sql.copy_span(plan.target.schema, plan.ledger_table))
     after = time.time()
-    conn.commit()
     first, last, server_now = rows[0]
     if first is None or last is None:
         return None

@@ -42,8 +42,7 @@ def capture(
     partitions), and without its grants, dependent views and other dependents (no load
     swaps a partitioned table itself); ``as_partition``: the table is a leaf partition,
     captured as a part of its parent's definition (:func:`capture_leaves`)."""
-    execute(conn, sql.pin_search_path())
-    rows = execute(conn, sql.find_table(schema, table))
+    _pinned, rows = execute_each(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
     oid, relkind, persistence, owner, reloptions, is_partition, rls, comment, inherits = rows[0]
