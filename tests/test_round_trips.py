@@ -26,7 +26,7 @@ from airflow_pg_bulk.db.driver import (
 )
 
 #: the in-process daily reload's round trips (see the last test), session set-ups included
-ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 7, "finalize": 29, "cleanup": 8}
+ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 7, "finalize": 27, "cleanup": 4}
 
 
 def _in_transaction(conn: Any) -> bool:

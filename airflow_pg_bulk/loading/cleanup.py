@@ -13,6 +13,8 @@ from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
+    execute_outside_transaction,
+    execute_then_commit,
     is_database_error,
     rollback_quietly,
     scalar,
@@ -85,16 +87,22 @@ def _drop_each(
     ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
     left = []
     ledger = naming.ledger_table(load_id)
-    names = [
-        row[0] for row in execute(conn, sql.run_tables(schema, naming.run_objects_pattern(load_id)))
+    names = [  # (a read in autocommit: one round trip)
+        row[0]
+        for row in execute_outside_transaction(
+            conn, sql.run_tables(schema, naming.run_objects_pattern(load_id))
+        )
     ]
-    conn.commit()
     if not names:
         return left
-    try:
-        execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
-        execute(conn, sql.drop_tables(schema, names))
-        conn.commit()
+    try:  # the setting, the DROP and the COMMIT in one round trip (after the BEGIN)
+        execute_then_commit(
+            conn,
+            sql.in_one_round_trip(
+                sql.set_config("lock_timeout", lock_timeout, local=True),
+                sql.drop_tables(schema, names),
+            ),
+        )
     except Exception as exc:
         if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
             raise
@@ -107,9 +115,13 @@ def _drop_each(
     names.sort(key=lambda name: name == ledger)
     for name in names:
         try:
-            execute(conn, sql.set_config("lock_timeout", lock_timeout, local=True))
-            execute(conn, sql.drop_table(schema, name, if_exists=True))
-            conn.commit()
+            execute_then_commit(
+                conn,
+                sql.in_one_round_trip(
+                    sql.set_config("lock_timeout", lock_timeout, local=True),
+                    sql.drop_table(schema, name, if_exists=True),
+                ),
+            )
         except Exception as exc:
             if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
                 raise

@@ -24,6 +24,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_each,
+    execute_outside_transaction,
     execute_then_commit,
     is_database_error,
     rollback_quietly,
@@ -325,7 +326,7 @@ def trim(conn: DatabaseConnection, plan: LoadPlan) -> int:
     DAG task and partition. Never fails the load (logged); returns the rows deleted."""
     table = plan.history_table
     try:
-        found = execute_then_commit(
+        found = execute_outside_transaction(  # (its own transaction: one round trip)
             conn,
             sql.trim_load_history(
                 *table, target=plan.target.qualified, keep=plan.settings.history_keep

@@ -23,7 +23,7 @@ import logging
 from collections.abc import Sequence
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute, execute_then_commit
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, execute_outside_transaction
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.plan.figures import PhaseClock
 
@@ -115,5 +115,5 @@ def after_partitions_in_place(
     if not worth:
         return
     with clock.phase("analyze"):
-        for schema, table in worth:
-            execute_then_commit(conn, sql.analyze(schema, table))
+        for schema, table in worth:  # (autocommit: one round trip each)
+            execute_outside_transaction(conn, sql.analyze(schema, table))
