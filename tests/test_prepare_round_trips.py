@@ -20,7 +20,7 @@ from psycopg import sql as psql
 
 from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk.db.driver import connect as connect_driver
-from airflow_pg_bulk.errors import LoadRefusedError
+from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError
 from airflow_pg_bulk.plan import LoadRequest, Settings
 
 #: a first prepare of a replace_partitions (the load history there): BEGIN, search_path and
@@ -50,9 +50,9 @@ def _tables(db: Any) -> list[str]:
     return sorted(n for n in leftovers(db) if not n.endswith("_pkey"))
 
 
-def _request(db: Any, path: Path, **settings: Any) -> LoadRequest:
+def _request(db: Any, path: Path, mode: str = "replace_partitions", **settings: Any) -> LoadRequest:
     return LoadRequest(
-        mode="replace_partitions",
+        mode=mode,
         table=db.table("readings"),
         source=(str(path),),
         partitions=1,
@@ -68,7 +68,7 @@ def _source(db: Any, tmp_path: Path) -> Path:
 @pytest.mark.parametrize("store_pieces", [False, True])
 def test_a_first_prepare_makes_its_round_trips_only(db, pg_dsn, tmp_path, store_pieces):
     """Counted after a first load made the load history; with ``store_pieces`` (Airflow's
-    prepare task), the pieces table is made in one more round trip."""
+    prepare task), the pieces table is made in one more round trip (it was 24 and 29)."""
     path = _source(db, tmp_path)
     conn = connect_driver(pg_dsn)
 
@@ -88,6 +88,34 @@ def test_a_first_prepare_makes_its_round_trips_only(db, pg_dsn, tmp_path, store_
         assert again.digest == plan.digest
         assert trips == FIRST_PREPARE - 1
         assert _tables(db) == sorted([plan.ledger_table, plan.staging_table, *pieces])
+        steps.cleanup(conn, db.schema, plan.load_id)
+    finally:
+        conn.close()
+    assert leftovers(db) == []
+
+
+def test_an_append_reads_its_record_in_the_load_history_with_the_checks(db, pg_dsn, tmp_path):
+    """One round trip more than a replace_partitions for the load's record in the history,
+    read in the checks' transaction (it was 2 more: the history's existence, then the record,
+    after the source's listing; 29 round trips in all, 15 now); an append finalized before is
+    refused by it, nothing made."""
+    tp.setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", tp.loaded_rows(db, "range", "append"))
+    conn = connect_driver(pg_dsn)
+    try:
+        first = steps.prepare(conn, _request(db, path, "append"), "f" * 12)
+        steps.copy_partition(conn, first, 0)
+        steps.finalize(conn, first)
+        steps.cleanup(conn, db.schema, first.load_id)
+        with pytest.raises(AlreadyLoadedError, match="would add them twice"):
+            steps.prepare(conn, _request(db, path, "append"), "f" * 12)
+        assert leftovers(db) == []
+        plan, trips = _round_trips(
+            conn, lambda: steps.prepare(conn, _request(db, path, "append"), "a" * 12)
+        )
+        # (and 3 for the strategy's read of the target's size: rebuild.choose, its own
+        # transaction)
+        assert trips == FIRST_PREPARE + 1 + 3
         steps.cleanup(conn, db.schema, plan.load_id)
     finally:
         conn.close()

@@ -26,12 +26,11 @@ def create_target_if_missing(
 ) -> bool:
     """When ``schema.table`` does not exist, create it (committed) from the source's schema;
     a type the target database does not have (an extension's) is refused, nothing made.
-    An existing target is left exactly as it is. Returns whether it was created."""
-    driver.execute(conn, sql.pin_search_path())
-    exists = bool(driver.execute(conn, sql.find_table(schema, table)))
-    conn.rollback()
-    if exists:
+    An existing target is left exactly as it is, and the transaction that found it (one read,
+    no lock) left open for prepare's capture of it. Returns whether it was created."""
+    if driver.scalar(conn, sql.relation_exists(schema, table)):
         return False
+    conn.rollback()
     (columns, key), what = sources.for_request(request).target_schema(request)
     types = [t for _, t, _ in columns]
     unknown = [t for t, known in driver.execute(conn, source_sql.known_types(types)) if not known]

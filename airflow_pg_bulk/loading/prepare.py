@@ -51,7 +51,12 @@ def prepare(
         if request.create_target:
             create_target.create_target_if_missing(conn, request, load_id, schema, table)
         found = survey.survey(
-            conn, request, schema, table, abandoned_after=request.settings.abandoned_after
+            conn,
+            request,
+            schema,
+            table,
+            abandoned_after=request.settings.abandoned_after,
+            load_id=load_id,
         )
         target, source_format, files, matched = (
             found.target,
@@ -65,7 +70,7 @@ def prepare(
         )
         if not request.mode.replaces_rows:
             history.refuse_appending_twice(
-                conn, schema, load_id, target.qualified, exists=found.history_exists
+                conn, schema, load_id, target.qualified, found=found.appended
             )
         conn.rollback()
         strategy = rebuild.resolve(conn, request, target, total, load_id)

@@ -38,6 +38,9 @@ class Survey:
     :param abandoned_after: the ``abandoned_after`` asked for, in seconds, as the server read
         it; None when not asked for, or when it is no interval (refused where prepare reads
         it: :func:`airflow_pg_bulk.loading.cleanup.interval_seconds`).
+    :param appended: an append's record in the load history, when a load id was given (the
+        rows of :func:`airflow_pg_bulk.target.history.appended_check`, none when there is no
+        history): prepare refuses to append twice by it; None when not read.
     """
 
     target: TargetDefinition
@@ -49,6 +52,7 @@ class Survey:
     leaves: int = 0
     history_exists: bool = False
     abandoned_after: float | None = None
+    appended: list[tuple] | None = None
 
     @property
     def total_bytes(self) -> int:
@@ -63,6 +67,7 @@ def survey(
     table: str,
     *,
     abandoned_after: str | None = None,
+    load_id: str | None = None,
 ) -> Survey:
     """Capture ``schema.table`` and check that ``request`` can load it (the mode's needs, the
     role's privileges, the load history's access), list and match the source, find the
@@ -70,7 +75,8 @@ def survey(
 
     The checks, the target's number of partitions, whether the load history exists and the
     interval ``abandoned_after`` (when given: prepare's) are read in one statement after the
-    capture (:func:`read_checks`)."""
+    capture (:func:`read_checks`); for an append with a ``load_id`` (prepare's), that load's
+    record in the load history too, once the role is known to be allowed to read it."""
     target = catalog.capture(conn, schema, table)
     catalog.refuse_unsupported(target, request.mode)
     privileges, writable, history_exists, leaves, seconds = read_checks(
@@ -78,6 +84,9 @@ def survey(
     )
     catalog.refuse_without_privileges(conn, target, request.mode, privileges=privileges)
     history.refuse_without_access(conn, schema, writable=writable)
+    appended = None
+    if load_id is not None and not request.mode.replaces_rows:
+        appended = execute(conn, history.appended_check(schema, load_id)) if history_exists else []
     conn.rollback()
     source = sources.for_request(request)
     source_format = source.format
@@ -91,7 +100,16 @@ def survey(
         conn.rollback()
         key = planning.upsert_spec(request, target, columns, indexes)
     return Survey(
-        target, source, files, matched, tuple(columns), key, leaves, history_exists, seconds
+        target,
+        source,
+        files,
+        matched,
+        tuple(columns),
+        key,
+        leaves,
+        history_exists,
+        seconds,
+        appended,
     )
 
 

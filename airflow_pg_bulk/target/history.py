@@ -46,16 +46,15 @@ def refuse_appending_twice(
     load_id: str,
     target: str,
     *,
-    exists: bool | None = None,
+    found: list[tuple] | None = None,
 ) -> None:
-    """Raise :class:`AlreadyLoadedError` when this load id was finalized before. ``exists``:
-    whether the load history exists, when the caller read it already (:func:`exists_check`)."""
-    table = (schema, LOAD_HISTORY_TABLE)
-    if exists is None:
-        exists = bool(scalar(conn, exists_check(schema)))
-    if not exists:
-        return
-    found = execute(conn, sql.load_record(*table, load_id))
+    """Raise :class:`AlreadyLoadedError` when this load id was finalized before. ``found``:
+    the rows of :func:`appended_check` (none where there is no history), when the caller read
+    them already."""
+    if found is None:
+        if not scalar(conn, exists_check(schema)):
+            return
+        found = execute(conn, appended_check(schema, load_id))
     if found:
         rows, _rejects, finalized_at = found[0]
         raise AlreadyLoadedError(
@@ -65,6 +64,12 @@ def refuse_appending_twice(
             rows=rows,
             finalized_at=finalized_at,
         )
+
+
+def appended_check(schema: str, load_id: str) -> sql.Composable:
+    """The query: the load history's record of the load ``load_id`` (rows, rejects, when it
+    was finalized; no row: never finalized). Only where the history exists."""
+    return sql.load_record(schema, LOAD_HISTORY_TABLE, load_id)
 
 
 def exists_check(schema: str) -> sql.Composable:
