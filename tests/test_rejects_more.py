@@ -504,7 +504,8 @@ def test_partition_retried_in_reject_mode_records_rejects_and_rows_once(
             again = steps.copy_partition(conn, plan, 1)
             assert (again.rows, again.rejects, again.skipped) == (done.rows, 3, True)
         else:
-            real_execute = ledger.execute
+            # (the ledger's figures are sent with the COMMIT: the worker is lost before both)
+            real_execute = ledger.execute_then_commit
             fired: list[str] = []
 
             def failing_execute(c, statement):
@@ -514,10 +515,10 @@ def test_partition_retried_in_reject_mode_records_rejects_and_rows_once(
                     raise RuntimeError("worker lost before commit")
                 return real_execute(c, statement)
 
-            monkeypatch.setattr(ledger, "execute", failing_execute)
+            monkeypatch.setattr(ledger, "execute_then_commit", failing_execute)
             with pytest.raises(RuntimeError, match="worker lost"):
                 steps.copy_partition(conn, plan, 1)
-            monkeypatch.setattr(ledger, "execute", real_execute)
+            monkeypatch.setattr(ledger, "execute_then_commit", real_execute)
             assert fired
             assert reject_rows(db, "a7a7a7a7a7a7") == []  # rolled back with the rows
             retried = steps.copy_partition(conn, plan, 1)

@@ -17,6 +17,7 @@ from psycopg import sql
 
 from airflow_pg_bulk.db.driver import (
     execute,
+    execute_count,
     execute_each,
     execute_outside_transaction,
     execute_then_commit,
@@ -26,7 +27,7 @@ from airflow_pg_bulk.db.driver import (
 )
 
 #: the in-process daily reload's round trips (see the last test), session set-ups included
-ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 7, "finalize": 27, "cleanup": 4}
+ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 7, "finalize": 24, "cleanup": 5}
 
 
 def _in_transaction(conn: Any) -> bool:
@@ -210,3 +211,23 @@ def test_a_daily_reload_in_place_makes_its_round_trips_only(
     # each step's, its session's set-up included, as counted when this test was written:
     # more means a statement gained a round trip
     assert steps == ROUND_TRIPS_OF_A_DAILY_RELOAD
+
+
+def test_execute_count_after_other_statements_counts_the_last(
+    db: Database, connect: Callable[[], Any]
+) -> None:
+    db.run(sql.SQL("CREATE TABLE {} (a int)").format(db.ident("t")))
+    db.run(sql.SQL("INSERT INTO {} SELECT generate_series(1, 5)").format(db.ident("t")))
+    conn = connect()
+    try:
+        count = execute_count(
+            conn,
+            sql.SQL("INSERT INTO {} SELECT generate_series(1, 3)").format(db.ident("t")),
+            after=[sql.SQL("TRUNCATE {}").format(db.ident("t"))],
+        )
+        assert count == 3
+        assert execute_count(conn, sql.SQL("DELETE FROM {}").format(db.ident("t"))) == 3
+        conn.rollback()
+    finally:
+        conn.close()
+    assert db.run(sql.SQL("SELECT count(*) FROM {}").format(db.ident("t"))) == [(5,)]

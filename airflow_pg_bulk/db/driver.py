@@ -110,10 +110,23 @@ def execute(conn: Any, statement: pg3sql.Composable) -> list[tuple[Any, ...]]:
         return [tuple(row) for row in cur.fetchall()]
 
 
-def execute_count(conn: Any, statement: pg3sql.Composable) -> int:
-    """Run one statement; return the number of rows it affected."""
+def execute_count(
+    conn: Any, statement: pg3sql.Composable, *, after: Sequence[pg3sql.Composable] = ()
+) -> int:
+    """Run one statement; return the number of rows it affected.
+
+    :param after: statements that it follows, in the same round trip on psycopg 3 (one
+        query string; on psycopg2, one round trip each); their results are not read."""
+    if after and is_psycopg2(conn):
+        for earlier in after:
+            execute(conn, earlier)
+    elif after:
+        statement = pg3sql.SQL("; ").join([*after, statement])
     with plain_cursor(conn) as cur:
         cur.execute(native(conn, statement))
+        if after and not is_psycopg2(conn):
+            while cur.nextset():  # (the last result is the statement's)
+                pass
         return int(cur.rowcount)
 
 
@@ -143,9 +156,11 @@ def execute_then_commit(conn: Any, statement: pg3sql.Composable) -> list[tuple[A
     goes in the same query string as the statement (one round trip where two were); the
     driver then sees the transaction ended, and its own commit has nothing to send. A
     failure raises as :func:`execute` does and leaves the transaction failed (the COMMIT is
-    not reached), for the caller to roll back. (Pipeline mode, which would also carry the
-    ``BEGIN``, cost more client time than the round trip it saved: 0.44 against 0.31 ms for
-    a one-statement transaction, measured on loopback.)"""
+    not reached), for the caller to roll back. Only for a statement that cannot wait long (a
+    lock it may queue for, heavy work): should the client die while it runs, the server
+    still commits when it ends, where a COMMIT of its own would never have come. (Pipeline
+    mode, which would also carry the ``BEGIN``, cost more client time than the round trip it
+    saved: 0.44 against 0.31 ms for a one-statement transaction, measured on loopback.)"""
     if is_psycopg2(conn) or conn.autocommit:
         rows = execute(conn, statement)
         conn.commit()

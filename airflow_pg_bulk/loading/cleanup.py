@@ -14,7 +14,6 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_outside_transaction,
-    execute_then_commit,
     is_database_error,
     rollback_quietly,
     scalar,
@@ -95,14 +94,18 @@ def _drop_each(
     ]
     if not names:
         return left
-    try:  # the setting, the DROP and the COMMIT in one round trip (after the BEGIN)
-        execute_then_commit(
+    # the setting and the DROP in one round trip; the COMMIT apart: a DROP may wait for a
+    # lock, and a client that dies meanwhile (a second signal: exit at once) must leave the
+    # tables to `airflow-pg-bulk cleanup`, not have the server drop them when the lock comes
+    try:
+        execute(
             conn,
             sql.in_one_round_trip(
                 sql.set_config("lock_timeout", lock_timeout, local=True),
                 sql.drop_tables(schema, names),
             ),
         )
+        conn.commit()
     except Exception as exc:
         if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
             raise
@@ -115,13 +118,14 @@ def _drop_each(
     names.sort(key=lambda name: name == ledger)
     for name in names:
         try:
-            execute_then_commit(
+            execute(
                 conn,
                 sql.in_one_round_trip(
                     sql.set_config("lock_timeout", lock_timeout, local=True),
                     sql.drop_table(schema, name, if_exists=True),
                 ),
             )
+            conn.commit()
         except Exception as exc:
             if not (is_database_error(exc) and server_error(exc).sqlstate == LOCK_NOT_AVAILABLE):
                 raise

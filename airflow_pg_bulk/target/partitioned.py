@@ -82,6 +82,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+from collections.abc import Sequence
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
@@ -384,10 +385,9 @@ def finalize_partitioned(
             # readers of the other partitions are not held up (a replace_partitions empties
             # each such partition first: ACCESS EXCLUSIVE on it, its own readers wait)
             locking.lock_for_swap(conn, emptied)
-        for n in in_place:
-            if plan.mode.replaces_rows:
-                execute(conn, sql.truncate(*leaves[n].schema_and_name))
-            inserted[n] = _insert_leaf(conn, plan, n)
+        for n in in_place:  # (a replace empties it first, in the same round trip)
+            emptying = [sql.truncate(*leaves[n].schema_and_name)] if plan.mode.replaces_rows else []
+            inserted[n] = _insert_leaf(conn, plan, n, after=emptying)
         for n, names in built.items():
             if not plan.mode.replaces_rows and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
@@ -427,11 +427,14 @@ def finalize_partitioned(
     )
 
 
-def _insert_leaf(conn: DatabaseConnection, plan: LoadPlan, number: int) -> int:
+def _insert_leaf(
+    conn: DatabaseConnection, plan: LoadPlan, number: int, after: Sequence[sql.Composable] = ()
+) -> int:
     """Insert a partition's staged rows in place, through the parent (they go to the same
     partition; the role needs INSERT on the parent only, as for a plain append): every
     column but the generated ones, as staging holds them (an identity column not loaded was
-    numbered from the target's sequence there). Returns the rows inserted."""
+    numbered from the target's sequence there). Returns the rows inserted. ``after``:
+    statements to run first, in the same round trip."""
     t = plan.target
     columns = [c.name for c in t.columns if not c.generated]
     return execute_count(
@@ -443,6 +446,7 @@ def _insert_leaf(conn: DatabaseConnection, plan: LoadPlan, number: int) -> int:
             columns,
             override_identity=staging.overrides_identity(t, columns),
         ),
+        after=after,
     )
 
 
