@@ -117,16 +117,16 @@ def execute_count(
 
     :param after: statements that it follows, in the same round trip on psycopg 3 (one
         query string; on psycopg2, one round trip each); their results are not read."""
-    if after and is_psycopg2(conn):
+    psycopg2 = is_psycopg2(conn)
+    if psycopg2:
         for earlier in after:
             execute(conn, earlier)
-    elif after:
+    else:
         statement = pg3sql.SQL("; ").join([*after, statement])
     with plain_cursor(conn) as cur:
         cur.execute(native(conn, statement))
-        if after and not is_psycopg2(conn):
-            while cur.nextset():  # (the last result is the statement's)
-                pass
+        while not psycopg2 and cur.nextset():  # (the last result is the statement's)
+            pass
         return int(cur.rowcount)
 
 
@@ -135,7 +135,9 @@ def execute_each(conn: Any, statements: Sequence[pg3sql.Composable]) -> list[lis
     (empty for a statement that returns none). On psycopg 3, all of them in one round trip
     (one query string, each result read in turn); on psycopg2, which keeps only the last
     result of such a string, one round trip each. The first that fails raises, and the rest
-    do not run."""
+    do not run. (Reads that are all SELECTs go in one round trip on both drivers as one
+    statement: :func:`airflow_pg_bulk.target.catalog.rows_of_each`; this is for the others:
+    settings, EXPLAIN, INSERT.)"""
     if is_psycopg2(conn) or len(statements) < 2:
         return [execute(conn, statement) for statement in statements]
     results = []
@@ -177,12 +179,7 @@ def execute_outside_transaction(conn: Any, statement: pg3sql.Composable) -> list
     where ``BEGIN``, the statement and ``COMMIT`` take three. For a statement whose effect
     outlives transactions (a session setting, a session's advisory lock) or a read that
     needs no transaction. On a connection inside a transaction, it runs and commits there."""
-    idle = (
-        conn.get_transaction_status() == _psycopg2_idle()
-        if is_psycopg2(conn)
-        else conn.pgconn.transaction_status == _psycopg_idle()
-    )
-    if not idle or conn.autocommit:
+    if not _idle(conn) or conn.autocommit:
         rows = execute(conn, statement)
         conn.commit()
         return rows
@@ -193,16 +190,15 @@ def execute_outside_transaction(conn: Any, statement: pg3sql.Composable) -> list
         conn.autocommit = False
 
 
-def _psycopg2_idle() -> int:
-    import psycopg2.extensions
+def _idle(conn: Any) -> bool:
+    """True when the connection is in no transaction (libpq's IDLE transaction status)."""
+    if is_psycopg2(conn):
+        import psycopg2.extensions
 
-    return psycopg2.extensions.TRANSACTION_STATUS_IDLE
-
-
-def _psycopg_idle() -> Any:
+        return conn.get_transaction_status() == psycopg2.extensions.TRANSACTION_STATUS_IDLE
     from psycopg.pq import TransactionStatus
 
-    return TransactionStatus.IDLE
+    return conn.pgconn.transaction_status == TransactionStatus.IDLE
 
 
 def scalar(conn: Any, statement: pg3sql.Composable) -> Any:

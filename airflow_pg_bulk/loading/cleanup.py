@@ -86,12 +86,8 @@ def _drop_each(
     ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
     left = []
     ledger = naming.ledger_table(load_id)
-    names = [  # (a read in autocommit: one round trip)
-        row[0]
-        for row in execute_outside_transaction(
-            conn, sql.run_tables(schema, naming.run_objects_pattern(load_id))
-        )
-    ]
+    # (a read in autocommit: one round trip)
+    names = [row[0] for row in execute_outside_transaction(conn, run_tables_check(schema, load_id))]
     if not names:
         return left
     # the setting and the DROP in one round trip; the COMMIT apart: a DROP may wait for a
