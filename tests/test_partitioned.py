@@ -740,3 +740,65 @@ def test_overlapping_loads_into_disjoint_partitions_all_succeed(
     assert (filenodes(db)["readings_p0"], catalog_snapshot(db, "readings_p0")) == untouched
     assert db.checksum("readings_p0", ", ".join(COLUMNS)) == p0_rows
     assert leftovers(db) == []
+
+
+PARENT_CHANGES = {
+    # each made on the parent between prepare and finalize; PostgreSQL makes it on every
+    # partition too, so the partition a load builds from its own definition (captured by
+    # finalize) carries it, and a load in place goes through it
+    "index-added": "CREATE INDEX readings_note ON {t} (note)",
+    "check-added": "ALTER TABLE {t} ADD CONSTRAINT readings_id_ok CHECK (id > 0)",
+    "unique-added": "ALTER TABLE {t} ADD CONSTRAINT readings_id_day UNIQUE (id, day)",
+}
+
+
+@pytest.mark.parametrize("way", ["in_place", "swap"])
+@pytest.mark.parametrize("change", list(PARENT_CHANGES))
+def test_an_index_or_constraint_added_to_the_parent_after_prepare_is_on_the_loaded_partitions(
+    db, pg_dsn, tmp_path, monkeypatch, change, way
+):
+    """A partitioned parent's own indexes and constraints are not captured (each partition
+    has them): one added to the parent between prepare and finalize is on every partition
+    that the load replaced, built beside the target or loaded in place, and the rows are what
+    plain SQL makes of them."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    expected = reference(db, "range", "replace_partitions", path)
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
+    )
+    conn = connect_driver(pg_dsn)
+    try:
+        plan = steps.prepare(conn, request, "c1b2c3d4e5f6")
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        db.run(psql.SQL(PARENT_CHANGES[change]).format(t=db.ident("readings")))
+        summary = steps.finalize(conn, plan)
+        steps.cleanup(conn, db.schema, plan.load_id)
+    finally:
+        conn.close()
+    assert summary.rows == len(path.read_text().splitlines())
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    # the parent's new index or constraint is on each partition replaced, attached to it
+    for n in LOADED_PARTITIONS:
+        leaf = f'"{db.schema}"."readings_p{n}"'
+        if change == "index-added":
+            found = db.scalar(
+                "SELECT count(*) FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indexrelid"
+                " WHERE i.indrelid = %s::regclass AND h.inhparent = %s::regclass",
+                leaf,
+                f'"{db.schema}"."readings_note"',
+            )
+        else:
+            # a CHECK is inherited by name; a UNIQUE is tied to the parent's (conparentid)
+            found = db.scalar(
+                "SELECT count(*) FROM pg_constraint c"
+                " LEFT JOIN pg_constraint p ON p.oid = c.conparentid"
+                " WHERE c.conrelid = %s::regclass AND (c.conname = 'readings_id_ok'"
+                " AND NOT c.conislocal OR p.conname = 'readings_id_day')",
+                leaf,
+            )
+        assert found == 1, (change, way, n)
+    assert leftovers(db) == []

@@ -142,11 +142,13 @@ def preview(conn: DatabaseConnection, request: LoadRequest) -> Preview:
     try:
         found = survey.survey(conn, request, schema, table)
         target, files, total = found.target, found.files, found.total_bytes
+        parts = (  # (a partitioned target's indexes and constraints are its partitions')
+            f"partitioned by {target.partitioning.key}"
+            if target.partitioning
+            else f"{len(target.indexes)} indexes, {len(target.constraints)} constraints"
+        )
         checks = [
-            f"the definition of {target.qualified} ({len(target.columns)} columns, "
-            f"{len(target.indexes)} indexes, {len(target.constraints)} constraints"
-            + (f", partitioned by {target.partitioning.key}" if target.partitioning else "")
-            + ")",
+            f"the definition of {target.qualified} ({len(target.columns)} columns, {parts})",
             f"the privileges {request.mode} needs",
             f"the columns loaded: {', '.join(found.columns)}",
         ]

@@ -103,15 +103,17 @@ def referencing_keys(oid: int) -> Composed:
     dependencies on the target's columns that each foreign key records (an index lookup)
     rather than by reading all of ``pg_constraint``, which has no index on the referenced
     table and holds a row or two per partition of every partitioned table (0.8 ms at 1,826
-    partitions, and growing with them)."""
+    partitions, and growing with them). Each constraint found is read by its oid in a
+    LATERAL subquery (``OFFSET 0``): as a join, the planner scanned all of ``pg_constraint``
+    after all (2.6 ms against 0.3 ms of execution at 1,826 partitions)."""
     return SQL(
         "SELECT n.nspname, c.relname, con.conname, pg_get_constraintdef(con.oid), con.convalidated"
-        " FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid"
-        " JOIN pg_namespace n ON n.oid = c.relnamespace"
-        " WHERE con.oid IN (SELECT d.objid FROM pg_depend d"
+        " FROM (SELECT DISTINCT d.objid FROM pg_depend d"
         " WHERE d.refclassid = 'pg_class'::regclass AND d.refobjid = {0}"
-        " AND d.refobjsubid > 0 AND d.classid = 'pg_constraint'::regclass)"
-        " AND con.contype = 'f' AND con.confrelid = {0} AND con.conrelid <> {0}"
+        " AND d.refobjsubid > 0 AND d.classid = 'pg_constraint'::regclass) d,"
+        " LATERAL (SELECT * FROM pg_constraint con WHERE con.oid = d.objid OFFSET 0) con"
+        " JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE con.contype = 'f' AND con.confrelid = {0} AND con.conrelid <> {0}"
         " ORDER BY 1, 2, 3"
     ).format(Literal(oid))
 
