@@ -8,6 +8,7 @@ against ``copy_expert`` with a file-like reader.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
@@ -24,6 +25,7 @@ from psycopg import sql as pg3sql
 from psycopg.adapt import Dumper
 
 from airflow_pg_bulk.errors import QUERY_CANCELED, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.sql.catalog import rows_of_each as one_query_for_each
 
 log = logging.getLogger(__name__)
 
@@ -136,7 +138,7 @@ def execute_each(conn: Any, statements: Sequence[pg3sql.Composable]) -> list[lis
     (one query string, each result read in turn); on psycopg2, which keeps only the last
     result of such a string, one round trip each. The first that fails raises, and the rest
     do not run. (Reads that are all SELECTs go in one round trip on both drivers as one
-    statement: :func:`airflow_pg_bulk.target.catalog.rows_of_each`; this is for the others:
+    statement: :func:`rows_of_each`; this is for the others:
     settings, EXPLAIN, INSERT.)"""
     if is_psycopg2(conn) or len(statements) < 2:
         return [execute(conn, statement) for statement in statements]
@@ -151,6 +153,15 @@ def execute_each(conn: Any, statements: Sequence[pg3sql.Composable]) -> list[lis
     if len(results) != len(statements):  # (a statement that is several, or none)
         raise ValueError(f"{len(statements)} statements gave {len(results)} results")
     return results
+
+
+def rows_of_each(conn: Any, queries: list[pg3sql.Composable]) -> list[list[tuple]]:
+    """The rows of each of ``queries`` (reads: SELECTs), in one round trip on either driver:
+    run as one statement (:func:`airflow_pg_bulk.sql.rows_of_each`), each row a tuple of its
+    columns as JSON gives them (text, numbers, booleans, arrays as lists, NULL as None), as
+    the driver gives the catalog's columns."""
+    text = scalar(conn, one_query_for_each(queries))
+    return json.loads(text, object_pairs_hook=lambda pairs: tuple(v for _k, v in pairs))
 
 
 def execute_then_commit(conn: Any, statement: pg3sql.Composable) -> list[tuple[Any, ...]]:

@@ -67,7 +67,8 @@ def cleanup(
             )
         pause = backoff * 2 ** (attempt - 1)
         log.warning(
-            "Load %s: cleanup: %s locked by another session; trying again in %.1f s",
+            "Load %s: cleanup: %s not dropped (locked by another session, or the ledger kept "
+            "while the others are left); trying again in %.1f s",
             load_id,
             ", ".join(left),
             pause,
@@ -113,6 +114,9 @@ def _drop_each(
     # ledger says whose they are, for the next load into the target (see drop_abandoned)
     names.sort(key=lambda name: name == ledger)
     for name in names:
+        if name == ledger and left:  # kept for drop_abandoned, named with what is left
+            left.append(name)
+            continue
         try:
             execute(
                 conn,

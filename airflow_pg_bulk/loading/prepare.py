@@ -9,7 +9,7 @@ import logging
 from dataclasses import dataclass
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, rollback_quietly
+from airflow_pg_bulk.db.driver import DatabaseConnection, rollback_quietly, rows_of_each
 from airflow_pg_bulk.loading import cleanup, create_target, ledger, survey
 from airflow_pg_bulk.plan import LoadPlan, LoadRequest, RunOrder, planning
 from airflow_pg_bulk.target import catalog, history, rebuild, strategies
@@ -161,7 +161,7 @@ def _read_before_making(conn: DatabaseConnection, plan: LoadPlan, store_pieces: 
     ]
     if store_pieces:
         queries += ledger.pieces_checks(plan)
-    rows = catalog.rows_of_each(conn, queries)
+    rows = rows_of_each(conn, queries)
     _, ((digest,),), ((staging,),), tables, ((now,),), (state,), ledgers, *pieces = rows
     return _Before(
         resume=(digest, bool(staging)),

@@ -14,6 +14,7 @@ from airflow_pg_bulk.db.driver import (
     execute,
     is_database_error,
     rollback_quietly,
+    rows_of_each,
 )
 from airflow_pg_bulk.loading import sources
 from airflow_pg_bulk.plan import LoadRequest, TargetDefinition, UpsertSpec, planning
@@ -136,7 +137,7 @@ def read_checks(
     found: list[list[tuple]] | None = None
     if abandoned_after is not None:
         try:
-            found = catalog.rows_of_each(conn, [*queries, sql.interval_seconds(abandoned_after)])
+            found = rows_of_each(conn, [*queries, sql.interval_seconds(abandoned_after)])
         except Exception as exc:
             if not is_database_error(exc):
                 raise
@@ -144,7 +145,7 @@ def read_checks(
             execute(conn, sql.pin_search_path())
     seconds = None
     if found is None:
-        found = catalog.rows_of_each(conn, queries)
+        found = rows_of_each(conn, queries)
     else:
         seconds = float(found.pop()[0][0])
     privileges, ((writable,),), ((exists,),), *rest = found

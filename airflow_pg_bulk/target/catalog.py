@@ -13,6 +13,7 @@ from airflow_pg_bulk.db.driver import (
     execute,
     execute_each,
     is_database_error,
+    rows_of_each,
     scalar,
     server_error,
 )
@@ -184,14 +185,6 @@ def capture(
         unsupported=tuple(problems),
         partitioning=_partitioning(schema, table, *partition_rows) if partitioned else None,
     )
-
-
-def rows_of_each(conn: DatabaseConnection, queries: list[sql.Composable]) -> list[list[tuple]]:
-    """The rows of each of ``queries``, run as one statement (:func:`sql.rows_of_each`): each
-    row a tuple of its columns as JSON gives them (text, numbers, booleans, arrays as
-    lists, NULL as None), as the driver gives these catalog queries' columns."""
-    text = scalar(conn, sql.rows_of_each(queries))
-    return json.loads(text, object_pairs_hook=lambda pairs: tuple(v for _k, v in pairs))
 
 
 def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -> Partitioning:
