@@ -38,7 +38,10 @@ Scenario ``one_day`` (issue 17's daily reload): the same with ``--days`` daily p
 (staging, a ledger, the load history) must do, each step in as few round trips as it allows
 (see :func:`split_floor`); the project's distance to it is its own statements.
 
-The project's phases (``LoadSummary.seconds``) are printed and written to ``--json``.
+The project's phases (``LoadSummary.seconds``) are printed and written to ``--json``; for a
+reload, each method's CPU too (medians of the runs): the client's (this thread's: a reload's
+one COPY stream runs on it) and its server backends' (``/proc/<pid>/schedstat``, read when
+the server runs on this machine), steadier than the wall time on a busy machine.
 
 Needs only psycopg and the package (no Airflow). Do not run it at full size on a shared
 machine: ``--meters 200`` checks that it works in seconds.
@@ -59,6 +62,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 if __package__ in (None, ""):  # run as a script: python benchmarks/partitioned.py
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -84,6 +88,37 @@ from benchmarks.incremental import (
 )
 
 log = logging.getLogger("benchmarks.partitioned")
+
+#: CPU seconds of each server backend a method's connections used (see _Counted)
+SERVER_CPU: list[float] = []
+
+
+class _Counted(psycopg.Connection):
+    """A connection that, as it closes, adds its backend's CPU time to SERVER_CPU: the
+    process's ``/proc/<pid>/schedstat`` (time on a CPU, in ns), read only when the server
+    runs on this machine (Linux) and the process is a PostgreSQL backend; else nothing. A
+    load's CPU, client and server, is steady where its wall time is not (a busy machine,
+    a neighbour on the host)."""
+
+    def close(self) -> None:
+        if not self.closed:
+            pid = self.info.backend_pid
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    ours = b"postgres" in f.read()
+                with open(f"/proc/{pid}/schedstat") as f:
+                    if ours:
+                        SERVER_CPU.append(int(f.read().split()[0]) / 1e9)
+            except OSError:
+                pass
+        super().close()
+
+
+def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection:
+    """A connection of a timed method (its backend's CPU counted)."""
+    return _Counted.connect(dsn, **kwargs)
+
+
 BASE = "part_base"
 START = date.fromisoformat(demo_workload.START_DATE)  # 2019-02-01
 MONTHS = 12
@@ -218,7 +253,7 @@ def _copy_file(conn: psycopg.Connection, table: str, path: Path) -> None:
 def floor(dsn: str, files: list[Path], _partitions: int) -> None:
     """The floor: one COPY per file into an UNLOGGED table with no index, constraint or
     partitioning, one transaction (not a usable result; the speed limit of one stream)."""
-    with psycopg.connect(dsn) as conn:
+    with _connect(dsn) as conn:
         conn.execute(
             sql.SQL("CREATE UNLOGGED TABLE {} (LIKE {})").format(
                 sql.Identifier(SCHEMA, FLOOR_TABLE), sql.Identifier(SCHEMA, TABLE)
@@ -231,7 +266,7 @@ def floor(dsn: str, files: list[Path], _partitions: int) -> None:
 
 def copy_parent(dsn: str, files: list[Path], _partitions: int) -> None:
     """One COPY per file into the partitioned parent, in one transaction."""
-    with psycopg.connect(dsn) as conn:
+    with _connect(dsn) as conn:
         for path in files:
             _copy_file(conn, TABLE, path)
         conn.commit()
@@ -241,7 +276,7 @@ def project(dsn: str, files: list[Path], partitions: int | None) -> LoadSummary:
     """The project: replace_partitions, in process; its figures (phases in ``.seconds``);
     ``partitions`` None: as many COPY streams as the project's default cuts the files into."""
     return runner.load(
-        dsn,
+        lambda: _connect(dsn, application_name="airflow-pg-bulk"),
         f"{SCHEMA}.{TABLE}",
         [str(p) for p in files],
         mode="replace_partitions",
@@ -256,7 +291,7 @@ def by_hand(
     """Each month standalone, then DETACH + DROP of the old partitions and ATTACH of the new
     in one transaction; ``months``: the month (index from START) of each file, default 0, 1…"""
     months = list(range(len(files)) if months is None else months)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+    with _connect(dsn, autocommit=True) as conn:
         for n, path in zip(months, files, strict=True):
             first, after = _month(n)
             new = sql.Identifier(SCHEMA, f"new_{n}")
@@ -312,7 +347,7 @@ def delete_copy(
     """The other hand-written way: DELETE the period's rows and COPY the file into the parent,
     in one transaction (its PK and FK checked row by row)."""
     months = list(range(len(files)) if months is None else months)
-    with psycopg.connect(dsn) as conn:
+    with _connect(dsn) as conn:
         for n, path in zip(months, files, strict=True):
             first, after = _month(n)
             conn.execute(
@@ -341,7 +376,7 @@ def split_floor(
     first, _after = _month(n)
     parent = sql.Identifier(SCHEMA, TABLE)
     stage, ledger = sql.Identifier(SCHEMA, "floor_stage"), sql.Identifier(SCHEMA, "floor_ledger")
-    with psycopg.connect(dsn) as conn:
+    with _connect(dsn) as conn:
         conn.execute(
             sql.SQL(
                 "SELECT (SELECT json_agg(a) FROM (SELECT attname, format_type(atttypid,"
@@ -461,12 +496,16 @@ def _run_method(
     }[name]
     reader = Reader(dsn, leaves // 2) if one_month and name != "floor" else None
     pinning.narrow()
+    SERVER_CPU.clear()
     try:
         if reader is None:
             seconds, out = _timed(lambda: method(dsn, files, args.partitions))
+            client = None
         else:
             with reader:
+                started = time.thread_time()
                 seconds, out = _timed(lambda: method(dsn, files, args.partitions))
+                client = time.thread_time() - started
     finally:
         pinning.widen()
     count, checksum = result_of(dsn, FLOOR_TABLE if name == "floor" else TABLE)
@@ -474,6 +513,11 @@ def _run_method(
     if reader is not None:
         result["reader_worst_ms"] = round(reader.worst * 1000, 1)
         result["reads"] = len(reader.waits)
+    if client is not None and SERVER_CPU:  # (a reload: one COPY stream, on this thread)
+        result["cpu_ms"] = {
+            "client": round(client * 1000, 1),
+            "server": round(sum(SERVER_CPU) * 1000, 1),
+        }
     if one_month and name != "floor":  # the period re-sent: the floor table's rows?
         result["month"] = list(result_of(dsn, _partition(months[0])))
     if name == "project":
@@ -554,6 +598,11 @@ def main(argv: list[str] | None = None) -> int:
         results[name]["runs"] = [r["seconds"] for r in done]
         if "reader_worst_ms" in ordered[0]:
             results[name]["reader_worst_ms"] = max(r["reader_worst_ms"] for r in done)
+        if all("cpu_ms" in r for r in done):  # each part's median, over the runs
+            results[name]["cpu_ms"] = {
+                part: sorted(r["cpu_ms"][part] for r in done)[(len(done) - 1) // 2]
+                for part in ("client", "server")
+            }
     _admin(args.conn, sql.SQL("DROP DATABASE {} WITH (FORCE)").format(sql.Identifier(BASE)))
     if "project" in results:
         for other in ("floor", "copy_parent", "by_hand", "delete_copy", "split_floor"):
@@ -592,14 +641,19 @@ def main(argv: list[str] | None = None) -> int:
         print(f"A year ({expected:,} rows) into 12 monthly partitions, PK (id, date) + FK")
     for key, value in header.items():
         print(f"  {key}: {value}")
-    print("| method | seconds (median) | runs | rows | same result | reader's worst wait (ms) |")
-    print("|---|---|---|---|---|---|")
+    print(
+        "| method | seconds (median) | runs | rows | same result | reader's worst wait (ms)"
+        " | CPU ms, client + server (medians) |"
+    )
+    print("|---|---|---|---|---|---|---|")
     for name, r in results.items():
         worst = r.get("reader_worst_ms", "")
         every = ", ".join(f"{x:.3f}" for x in r["runs"])
+        cpu = r.get("cpu_ms")
+        spent = f"{cpu['client']} + {cpu['server']}" if cpu else ""
         print(
             f"| `{name}` | {r['seconds']:.3f} | {every} | {r['rows']:,}"
-            f" | {'yes' if same else 'NO'} | {worst} |"
+            f" | {'yes' if same else 'NO'} | {worst} | {spent} |"
         )
     ours = results.get("project", {})
     for key, value in ours.items():

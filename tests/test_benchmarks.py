@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from benchmarks.run import METHODS
@@ -134,6 +135,16 @@ def test_partitioned_benchmark_one_day_replaces_that_day(pg_dsn: str, tmp_path: 
     assert all(results[n]["month"] == day for n in ways)
     assert {r["rows"] for n, r in results.items() if n != "floor"} == {20 * 40}
     assert all(results[n]["reader_worst_ms"] >= 0 for n in ways)
+    # each way's CPU: its thread's, and its backends' (when the server runs on this machine,
+    # as the tests' servers do unless PG_BULK_TEST_DSN names another)
+    with psycopg.connect(pg_dsn) as conn:
+        pid = conn.info.backend_pid
+        local = Path(f"/proc/{pid}/cmdline").exists() and b"postgres" in (
+            Path(f"/proc/{pid}/cmdline").read_bytes()
+        )
+    for n in ways:
+        cpu = results[n].get("cpu_ms")
+        assert (cpu is not None and cpu["client"] > 0 and cpu["server"] > 0) == local, (n, cpu)
 
 
 @pytest.mark.slow  # starts its own S3 server and loads four times: CI pass 1 only
