@@ -15,7 +15,7 @@ from typing import Any, Unpack
 from airflow_pg_bulk import naming, steps
 from airflow_pg_bulk import options as load_options
 from airflow_pg_bulk.db.driver import close_cancelling, connect, stop
-from airflow_pg_bulk.db.session import Sessions
+from airflow_pg_bulk.db.session import Sessions, session_setup
 from airflow_pg_bulk.errors import QUERY_CANCELED, BadDataError, TransientLoadError
 from airflow_pg_bulk.loading import cleanup as cleaning
 from airflow_pg_bulk.loading import ledger, sources
@@ -322,10 +322,10 @@ def load(
         workers = jobs or min(len(plan.partitions), 4)
         control.phase = "COPY"
         run_plan(factory, plan, workers, idle=main)
-        copies = ledger.copy_span(main, plan)
         name = naming.application_name(load_id, "finalize")
+        # the COPY span read with finalize's session setup (one round trip)
+        copies = ledger.copy_span(main, plan, after=[session_setup(main, name)])
         control.phase = "finalize"
-        steps.start_session(main, name)
         summary = steps.finalize(main, plan, Sessions(factory, name))
         summary = figures.whole_load(summary, plan, copies, time.time())
     finally:

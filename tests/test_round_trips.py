@@ -19,6 +19,7 @@ from airflow_pg_bulk.db.driver import (
     execute,
     execute_count,
     execute_each,
+    execute_each_outside_transaction,
     execute_outside_transaction,
     execute_then_commit,
     is_database_error,
@@ -27,7 +28,7 @@ from airflow_pg_bulk.db.driver import (
 )
 
 #: the in-process daily reload's round trips (see the last test), session set-ups included
-ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 7, "finalize": 24, "cleanup": 5}
+ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 11, "copy": 6, "finalize": 23, "cleanup": 5}
 
 
 def _exists(db: Database, name: str) -> bool:
@@ -151,6 +152,44 @@ def test_execute_outside_transaction_keeps_a_session_setting_and_autocommit_off(
     finally:
         conn.close()
     assert (_exists(db, "t"), _exists(db, "u")) == (False, True)
+
+
+def test_execute_each_outside_transaction_returns_each_result_and_a_failure_undoes_them(
+    db: Database, connect: Callable[[], Any]
+) -> None:
+    """Each statement's rows in autocommit, the connection left idle and transactional; a
+    failing statement stops the ones after it (the release of a lock sent after a trim)."""
+    conn = connect()
+    table = db.ident("t")
+    try:
+        execute(conn, sql.SQL("CREATE TABLE {} (a int)").format(table))
+        conn.commit()
+        first, second = execute_each_outside_transaction(
+            conn,
+            [
+                sql.SQL("SELECT set_config('application_name', 'pgbulk-each', false)"),
+                sql.SQL("INSERT INTO {} VALUES (1), (2) RETURNING a").format(table),
+            ],
+        )
+        assert (first, second) == ([("pgbulk-each",)], [(1,), (2,)])
+        assert not conn.autocommit
+        assert not _in_transaction(conn)
+        with pytest.raises(Exception) as info:
+            execute_each_outside_transaction(
+                conn,
+                [
+                    sql.SQL("SELECT 1/0"),
+                    sql.SQL("INSERT INTO {} VALUES (3)").format(table),
+                ],
+            )
+        assert is_database_error(info.value)
+        rollback_quietly(conn)
+        assert not conn.autocommit
+        count = execute(conn, sql.SQL("SELECT count(*) FROM {}").format(table))
+        assert count == [(2,)]  # the INSERT after the failure did not run
+        conn.rollback()
+    finally:
+        conn.close()
 
 
 def test_a_daily_reload_in_place_makes_its_round_trips_only(

@@ -190,13 +190,27 @@ def execute_outside_transaction(conn: Any, statement: pg3sql.Composable) -> list
     where ``BEGIN``, the statement and ``COMMIT`` take three. For a statement whose effect
     outlives transactions (a session setting, a session's advisory lock) or a read that
     needs no transaction. On a connection inside a transaction, it runs and commits there."""
+    return _outside_transaction(conn, lambda: execute(conn, statement))
+
+
+def execute_each_outside_transaction(
+    conn: Any, statements: Sequence[pg3sql.Composable]
+) -> list[list[tuple[Any, ...]]]:
+    """:func:`execute_each` in autocommit, as :func:`execute_outside_transaction` runs one
+    statement: each one's rows, in one round trip on psycopg 3 (where the server runs such
+    a string as one implicit transaction: the first that fails undoes the others and stops
+    them), one each on psycopg2."""
+    return _outside_transaction(conn, lambda: execute_each(conn, statements))
+
+
+def _outside_transaction(conn: Any, run: Callable[[], Any]) -> Any:
     if not _idle(conn) or conn.autocommit:
-        rows = execute(conn, statement)
+        rows = run()
         conn.commit()
         return rows
     conn.autocommit = True
     try:
-        return execute(conn, statement)
+        return run()
     finally:
         conn.autocommit = False
 

@@ -32,12 +32,18 @@ def start_session(conn: DatabaseConnection, application_name: str) -> None:
     Runs outside a transaction, in autocommit: a session setting set in a transaction that
     rolls back would be undone (and one round trip, where a transaction of its own takes three;
     on a connection already in a transaction, it commits that one)."""
-    check = CLIENT_CHECK_INTERVAL if server_version(conn) >= 140000 else None
     try:
-        execute_outside_transaction(conn, sql.session_setup(application_name, check))
+        execute_outside_transaction(conn, session_setup(conn, application_name))
     except BaseException:
         rollback_quietly(conn)
         raise
+
+
+def session_setup(conn: DatabaseConnection, application_name: str) -> sql.Composable:
+    """The statement :func:`start_session` runs, for a caller that sends it with its own
+    first statement outside a transaction (one round trip for both)."""
+    check = CLIENT_CHECK_INTERVAL if server_version(conn) >= 140000 else None
+    return sql.session_setup(application_name, check)
 
 
 class Sessions:

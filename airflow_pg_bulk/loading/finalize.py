@@ -79,7 +79,10 @@ def finalize(
             before = changes.read_before(conn, described)
             merged = strategy.make_visible(conn, described, clock, totals, sessions)
         if not totals.finalized:  # after the commit, off the critical path; never fails the load
-            history.trim(conn, plan)
+            # with the release of the finalize lock, in one round trip (else released below)
+            unlock = sql.load_lock(plan.load_id, release=True)
+            if history.trim(conn, plan, then=[unlock]) is not None:
+                locked = False
     except BaseException as exc:
         rollback_quietly(conn)
         error = translate.finalize_error(exc, described)

@@ -20,7 +20,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_each,
-    execute_outside_transaction,
+    execute_each_outside_transaction,
     execute_then_commit,
     rollback_quietly,
     scalar,
@@ -292,15 +292,22 @@ def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
     return LedgerTotals(rows, nbytes, rejected)
 
 
-def copy_span(conn: DatabaseConnection, plan: LoadPlan) -> tuple[float, float] | None:
+def copy_span(
+    conn: DatabaseConnection, plan: LoadPlan, *, after: Sequence[sql.Composable] = ()
+) -> tuple[float, float] | None:
     """The first COPY's start and the last COPY's end, from the ledger, on this process's
     clock (``time.time()``): the server's clock is read with them and the offset taken off.
-    ``None`` when no partition is in the ledger."""
-    before = time.time()
-    rows = execute_outside_transaction(conn, sql.copy_span(plan.target.schema, plan.ledger_table))
-    after = time.time()
+    ``None`` when no partition is in the ledger. Outside a transaction.
+
+    :param after: statements that the read follows, in the same round trip on psycopg 3
+        (the next step's session setup); their rows are not read."""
+    started = time.time()
+    *_, rows = execute_each_outside_transaction(
+        conn, [*after, sql.copy_span(plan.target.schema, plan.ledger_table)]
+    )
+    ended = time.time()
     first, last, server_now = rows[0]
     if first is None or last is None:
         return None
-    offset = float(server_now) - (before + after) / 2
+    offset = float(server_now) - (started + ended) / 2
     return float(first) - offset, float(last) - offset

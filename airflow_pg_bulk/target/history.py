@@ -24,7 +24,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_each,
-    execute_outside_transaction,
+    execute_each_outside_transaction,
     execute_then_commit,
     is_database_error,
     rollback_quietly,
@@ -325,17 +325,27 @@ def refuse_overwriting_newer(
     )
 
 
-def trim(conn: DatabaseConnection, plan: LoadPlan) -> int:
+def trim(
+    conn: DatabaseConnection, plan: LoadPlan, *, then: Sequence[sql.Composable] = ()
+) -> int | None:
     """After the load's commit, in a transaction of its own: delete the loads into the target
     beyond the ``history_keep`` last finalized, except the newest (by data interval) of each
-    DAG task and partition. Never fails the load (logged); returns the rows deleted."""
+    DAG task and partition. Never fails the load (logged); returns the rows deleted, None
+    when it failed.
+
+    :param then: statements to run after it in the same round trip on psycopg 3 (and the
+        same implicit transaction: they do not run when it fails), such as the release of
+        finalize's session lock."""
     table = plan.history_table
     try:
-        found = execute_outside_transaction(  # (its own transaction: one round trip)
+        found, *_ = execute_each_outside_transaction(  # (its own transaction: one round trip)
             conn,
-            sql.trim_load_history(
-                *table, target=plan.target.qualified, keep=plan.settings.history_keep
-            ),
+            [
+                sql.trim_load_history(
+                    *table, target=plan.target.qualified, keep=plan.settings.history_keep
+                ),
+                *then,
+            ],
         )
         deleted = found[0][0] if found else None
     except Exception:
@@ -346,7 +356,7 @@ def trim(conn: DatabaseConnection, plan: LoadPlan) -> int:
             *table,
             exc_info=True,
         )
-        return 0
+        return None
     if deleted:
         log.info(
             "Load %s: %d older loads of %s deleted from the load history (history_keep=%d)",
