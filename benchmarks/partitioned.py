@@ -102,16 +102,23 @@ class _Counted(psycopg.Connection):
 
     def close(self) -> None:
         if not self.closed:
-            pid = self.info.backend_pid
-            try:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    ours = b"postgres" in f.read()
-                with open(f"/proc/{pid}/schedstat") as f:
-                    if ours:
-                        SERVER_CPU.append(int(f.read().split()[0]) / 1e9)
-            except OSError:
-                pass
+            seconds = backend_cpu(self.info.backend_pid)
+            if seconds is not None:
+                SERVER_CPU.append(seconds)
         super().close()
+
+
+def backend_cpu(pid: int) -> float | None:
+    """CPU seconds the PostgreSQL backend ``pid`` has used (``/proc/<pid>/schedstat``);
+    None when no such process runs on this machine (a server elsewhere)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"postgres" not in f.read():
+                return None
+        with open(f"/proc/{pid}/schedstat") as f:
+            return int(f.read().split()[0]) / 1e9
+    except OSError:
+        return None
 
 
 def _connect(dsn: str, **kwargs: Any) -> psycopg.Connection:

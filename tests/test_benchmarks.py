@@ -138,10 +138,7 @@ def test_partitioned_benchmark_one_day_replaces_that_day(pg_dsn: str, tmp_path: 
     # each way's CPU: its thread's, and its backends' (when the server runs on this machine,
     # as the tests' servers do unless PG_BULK_TEST_DSN names another)
     with psycopg.connect(pg_dsn) as conn:
-        pid = conn.info.backend_pid
-        local = Path(f"/proc/{pid}/cmdline").exists() and b"postgres" in (
-            Path(f"/proc/{pid}/cmdline").read_bytes()
-        )
+        local = partitioned.backend_cpu(conn.info.backend_pid) is not None
     for n in ways:
         cpu = results[n].get("cpu_ms")
         assert (cpu is not None and cpu["client"] > 0 and cpu["server"] > 0) == local, (n, cpu)
