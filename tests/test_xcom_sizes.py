@@ -184,6 +184,9 @@ def test_a_copy_task_pulls_a_few_kb_whatever_the_number_of_files(
         assert len(copies) == copy_tasks, copies
         # one session per COPY task: its pieces read and its COPYs (a pool then bounds sessions)
         assert {seen.connections.get(task) for task in copies} == {1}, seen.connections
+        # and one for finalize: its pieces, the COPY span and finalize itself
+        finalize = [k for k in seen.seconds if k[0].endswith("load.finalize")]
+        assert [seen.connections.get(k) for k in finalize] == [1], seen.connections
         assert max(copies.values()) <= SHARE_LIMIT, copies
         (pushed,) = [v for k, v in seen.pushed.items() if k[0].endswith("load.prepare")]
         assert pushed <= PUSH_LIMIT

@@ -122,6 +122,18 @@ class PgBulkHook(PostgresHook):
         with self._bulk_connection(name) as conn:
             return steps.read_pieces(conn, plan, partitions)
 
+    def copy_span(
+        self, plan: LoadPlan, *, application_name: str | None = None
+    ) -> tuple[float, float] | None:
+        """The first COPY's start and the last COPY's end, from ``plan``'s ledger, on this
+        process's clock; None when no COPY stream is in it (see
+        :func:`airflow_pg_bulk.loading.ledger.copy_span`)."""
+        from airflow_pg_bulk.loading import ledger
+
+        name = application_name or naming.application_name(plan.load_id, "finalize")
+        with self._bulk_connection(name) as conn:
+            return ledger.copy_span(conn, plan)
+
     def copy_partition(
         self,
         plan: LoadPlan,
