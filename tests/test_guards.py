@@ -411,7 +411,12 @@ def _items_with_rows(db: Any) -> None:
     )
 
 
-PUBLICATION = "pgbulk_test_pub"
+def _publication(db: Any) -> str:
+    """The test's publication, named after its schema: publications are the database's, and
+    tests of other schemas (another driver's run of the same test under pytest-xdist) must
+    not meet it."""
+    return f"pub_{db.schema}"
+
 
 # name → (setup statements, text the refusal must hold, table to load)
 UNSUPPORTED = {
@@ -452,8 +457,8 @@ UNSUPPORTED = {
         "rule items_no_delete on table {schema}.items depends on it",
     ),
     "publication": (
-        ["CREATE PUBLICATION " + PUBLICATION + " FOR TABLE {s}.items"],
-        "publication of table {schema}.items in publication " + PUBLICATION + " depends on it",
+        ["CREATE PUBLICATION {pub} FOR TABLE {s}.items"],
+        "publication of table {schema}.items in publication {pub} depends on it",
     ),
     "statistics": (
         ["CREATE STATISTICS {s}.items_stats (dependencies) ON id, name FROM {s}.items"],
@@ -477,8 +482,8 @@ def _refusal_setup(db: Any, name: str) -> str:
     statements, text = UNSUPPORTED[name]
     if not statements[0].startswith("CREATE TABLE {s}."):
         _items_with_rows(db)
-    _run(db, *statements)
-    return text.format(schema=db.schema)
+    _run(db, *statements, pub=_publication(db))
+    return text.format(schema=db.schema, pub=_publication(db))
 
 
 @pytest.fixture
@@ -530,7 +535,7 @@ def test_replace_refuses_what_it_cannot_carry_over_before_anything_changes(
         assert db.scalar(f"SELECT count(*) FROM {db.schema}.items") == 120
         assert leftovers(db) == []
     finally:
-        db.run(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(PUBLICATION)))
+        db.run(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(_publication(db))))
 
 
 def _relations(db: Any) -> list[str]:
