@@ -154,7 +154,7 @@ def test_execute_outside_transaction_keeps_a_session_setting_and_autocommit_off(
     assert (_exists(db, "t"), _exists(db, "u")) == (False, True)
 
 
-def test_execute_each_outside_transaction_returns_each_result_and_a_failure_undoes_them(
+def test_execute_each_outside_transaction_returns_each_result_and_a_failure_stops_the_rest(
     db: Database, connect: Callable[[], Any]
 ) -> None:
     """Each statement's rows in autocommit, the connection left idle and transactional; a

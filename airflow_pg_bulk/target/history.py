@@ -351,9 +351,10 @@ def trim(
     except Exception:
         rollback_quietly(conn)
         log.warning(
-            "Load %s: could not trim the load history %s.%s (needs DELETE on it)",
+            "Load %s: could not trim the load history %s.%s (needs DELETE on it)%s",
             plan.load_id,
             *table,
+            ", or could not run what follows the trim" if then else "",
             exc_info=True,
         )
         return None
