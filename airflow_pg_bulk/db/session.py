@@ -107,10 +107,3 @@ def _killed() -> TransientLoadError:
         "the task was killed: its running statements were cancelled and no other starts",
         sqlstate=QUERY_CANCELED,
     )
-
-
-def _killed() -> TransientLoadError:
-    return TransientLoadError(
-        "the task was killed: its running statements were cancelled and no other starts",
-        sqlstate=QUERY_CANCELED,
-    )
