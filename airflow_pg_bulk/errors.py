@@ -128,6 +128,7 @@ class TransientLoadError(PgBulkError):
 
 # The SQLSTATEs the load tells apart, named as PostgreSQL's errcodes.txt names them: the one
 # place each code is written (tests/unit/test_sqlstates.py checks that no other module writes one).
+CARDINALITY_VIOLATION = "21000"  # MERGE: a target row matched by two source rows
 NOT_NULL_VIOLATION = "23502"
 UNIQUE_VIOLATION = "23505"
 CHECK_VIOLATION = "23514"  # a CHECK, or "no partition of relation ... found for row"

@@ -26,7 +26,7 @@ from airflow_pg_bulk.errors import (
     LoadRefusedError,
     TransientLoadError,
 )
-from airflow_pg_bulk.plan import LoadRequest, Partitioning
+from airflow_pg_bulk.plan import Column, LoadRequest, Partitioning, TargetDefinition
 from airflow_pg_bulk.plan.codes import PartitionStrategy
 from airflow_pg_bulk.target import catalog, partitioned
 
@@ -226,7 +226,9 @@ def swapping(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize("mode", MODES)
 def test_each_mode_matches_plain_sql(db, pg_dsn, tmp_path, monkeypatch, kind, mode, way):
     """Both ways of loading a partition (in place, or built beside and swapped in) give the
-    same rows and keep the partitions' catalog."""
+    same rows and keep the partitions' catalog. In place, a replace keeps each partition's
+    file: its rows are replaced by its primary key (DELETE and MERGE), not emptied by
+    TRUNCATE."""
     if way == "swap":
         monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
     setup_target(db, kind)
@@ -242,7 +244,8 @@ def test_each_mode_matches_plain_sql(db, pg_dsn, tmp_path, monkeypatch, kind, mo
     after = filenodes(db)
     for n in range(4):
         name = f"readings_p{n}"
-        swapped = n in LOADED_PARTITIONS and mode in ("replace_partitions", "replace")
+        replaced = n in LOADED_PARTITIONS and mode in ("replace_partitions", "replace")
+        swapped = replaced and way == "swap"
         if mode != "replace" and not swapped:
             assert after[name] == before[name], name  # not rewritten
         if swapped:
@@ -321,7 +324,8 @@ def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
 
 
 def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path):
-    """Rows of no other partition go to the DEFAULT one, which is then replaced like any."""
+    """Rows of no other partition go to the DEFAULT one, which is then replaced like any (in
+    place, by its primary key: no partition's file is rewritten)."""
     setup_target(db, "range")
     db.run(
         psql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(
@@ -339,10 +343,7 @@ def test_a_default_partition_takes_the_rows_no_other_takes(db, pg_dsn, tmp_path)
 
     assert db.checksum("readings", ", ".join(COLUMNS)) == expected
     assert db.scalar(psql.SQL("SELECT count(*) FROM {}").format(db.ident("readings_other"))) == 5
-    after = filenodes(db)
-    assert [after[name] == before[name] for name in sorted(before)] == [
-        n not in LOADED_PARTITIONS for n in range(4)
-    ]
+    assert filenodes(db) == before
     assert leftovers(db) == []
 
 
@@ -358,9 +359,8 @@ STEPS = [
 ]
 # the same, each partition loaded in place (few rows)
 IN_PLACE_STEPS = [
-    ("replace_partitions", "too_big_or_triggered"),  # routing: in place or swapped?
-    ("replace_partitions", "truncate"),  # emptying a partition before its rows go in
-    ("replace_partitions", "insert_from_staging"),
+    ("replace_partitions", "in_place_check"),  # routing: in place or swapped? by key?
+    ("replace_partitions", "replace_by_key"),  # the DELETE and MERGE by the primary key
     ("replace_partitions", "mark_finalized"),
     ("append", "insert_from_staging"),
 ]
@@ -676,23 +676,127 @@ def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db,
     assert leftovers(db) == []
 
 
-@pytest.mark.usefixtures("swapping")
+@pytest.mark.parametrize("way", ["in_place", "swap"])
 def test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_untouched(
-    db, pg_dsn, tmp_path
+    db, pg_dsn, tmp_path, monkeypatch, caplog, way
 ):
     """As a plain COPY into the target would fail: the duplicate key is found when the
-    partition's primary key is built; the message names the target's own constraint."""
+    partition's primary key is built (swapped), or in place when the MERGE by key meets a
+    row of the partition twice (it then empties the partition and inserts, which fails on
+    the key as an INSERT does); the message names the target's own constraint."""
+    if way == "swap":
+        monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
     setup_target(db, "range")
     data = loaded_rows(db, "range", "replace_partitions")
     path = write_csv(tmp_path / "load.csv", [*data, data[3]])
     before = _snapshot(db)
-    with pytest.raises(ConstraintViolationError) as failed:  # (partitions built side by side)
+    with (
+        caplog.at_level(logging.INFO, logger="airflow_pg_bulk"),
+        pytest.raises(ConstraintViolationError) as failed,  # (swapped: built side by side)
+    ):
         runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions", jobs=2)
+    assert data[3][0] <= 400  # a key the target holds: the MERGE met it twice
+    assert ("emptying it and inserting" in caplog.text) == (way == "in_place")
     message = str(failed.value)
     assert "readings_p" in message and "_pkey" in message and f"({data[3][0]}," in message, message
     assert "_pgbulk_" not in message, message
     assert _snapshot(db) == before
     assert leftovers(db) == []
+
+
+def _unkeyed_target(db: Any) -> None:
+    """``plain_readings`` (id, day, v), partitioned by month, no primary key, two rows in
+    January and one in February."""
+    t = db.ident("plain_readings")
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id integer NOT NULL, day date NOT NULL, v integer)"
+            " PARTITION BY RANGE (day)"
+        ).format(t)
+    )
+    for n, (start, end) in enumerate((("2024-01-01", "2024-02-01"), ("2024-02-01", "2024-03-01"))):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                db.ident(f"plain_readings_{n}"), t, psql.Literal(start), psql.Literal(end)
+            )
+        )
+    db.run(
+        psql.SQL(
+            "INSERT INTO {} VALUES (1, '2024-01-02', 1), (2, '2024-01-03', 2), (3, '2024-02-01', 3)"
+        ).format(t)
+    )
+
+
+def test_a_partition_without_a_primary_key_is_emptied_and_its_rows_inserted(db, pg_dsn, tmp_path):
+    """In place, a partition with no primary key cannot have its rows replaced by key: it is
+    emptied (TRUNCATE: a new file) and the staged rows inserted; the other partition is not
+    touched."""
+    _unkeyed_target(db)
+    before = {
+        name: db.scalar(
+            psql.SQL("SELECT pg_relation_filenode({}::regclass)").format(
+                psql.Literal(db.table(name))
+            )
+        )
+        for name in ("plain_readings_0", "plain_readings_1")
+    }
+    path = write_csv(tmp_path / "jan.csv", [(7, "2024-01-09", 70), (8, "2024-01-10", 80)])
+
+    runner.load(pg_dsn, db.table("plain_readings"), str(path), mode="replace_partitions")
+
+    rows = db.run(
+        psql.SQL("SELECT id, day::text, v FROM {} ORDER BY id").format(db.ident("plain_readings"))
+    )
+    assert rows == [(3, "2024-02-01", 3), (7, "2024-01-09", 70), (8, "2024-01-10", 80)]
+    after = {
+        name: db.scalar(
+            psql.SQL("SELECT pg_relation_filenode({}::regclass)").format(
+                psql.Literal(db.table(name))
+            )
+        )
+        for name in before
+    }
+    assert after["plain_readings_0"] != before["plain_readings_0"]  # emptied by TRUNCATE
+    assert after["plain_readings_1"] == before["plain_readings_1"]
+    assert leftovers(db) == []
+
+
+def test_a_reader_of_the_reloaded_partition_does_not_hold_up_a_replace_by_key(db, pg_dsn, tmp_path):
+    """A partition replaced in place by its primary key takes ROW EXCLUSIVE only: a session
+    that read it in a transaction still open (ACCESS SHARE, which TRUNCATE waits for until
+    lock_timeout) does not hold the load up."""
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    expected = reference(db, "range", "replace_partitions", path)
+    reader = psycopg.connect(db.dsn)
+    try:
+        for n in LOADED_PARTITIONS:  # each loaded partition read, the transaction kept open
+            reader.execute(psql.SQL("SELECT count(*) FROM {}").format(db.ident(f"readings_p{n}")))
+        runner.load(
+            pg_dsn, db.table("readings"), str(path), mode="replace_partitions", lock_timeout="1s"
+        )
+        assert reader.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+    finally:
+        reader.rollback()
+        reader.close()
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+
+
+def test_the_key_a_partition_is_replaced_by() -> None:
+    """The primary key read from the catalog is the replace key, but when the MERGE could not
+    set a loaded column (a GENERATED ALWAYS identity outside the key) or a key column is
+    not loaded (generated)."""
+    cols = (
+        Column("id", "bigint", True, identity="a"),
+        Column("day", "date", True),
+        Column("v", "integer", False),
+    )
+    target = TargetDefinition("s", "t", 1, "o", "p", cols)
+    assert partitioned._replace_key(target, ["id", "day"]) == ("id", "day")
+    assert partitioned._replace_key(target, ["day"]) == ()  # id (ALWAYS) would be SET
+    assert partitioned._replace_key(target, None) == ()  # no primary key, or not allowed
+    generated = (Column("day", "date", True), Column("k", "int", True, generated=True))
+    assert partitioned._replace_key(TargetDefinition("s", "t", 1, "o", "p", generated), ["k"]) == ()
 
 
 @pytest.mark.parametrize("order", ["forward", "reverse"])

@@ -99,7 +99,7 @@ def test_a_failure_at_each_step_leaves_the_target_and_finalize_retried_goes_on(
 
 
 def test_a_failure_in_place_and_finalize_retried_goes_on(db, pg_dsn, tmp_path, monkeypatch):
-    tp._fail_then_retry(db, pg_dsn, tmp_path, monkeypatch, "replace_partitions", "truncate")
+    tp._fail_then_retry(db, pg_dsn, tmp_path, monkeypatch, "replace_partitions", "replace_by_key")
 
 
 def _prepared_and_copied(db: Any, pg_dsn: str, path: Path, load_id: str) -> tuple[Any, Any]:
@@ -166,10 +166,12 @@ def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
     tp.test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path)
 
 
-@pytest.mark.usefixtures("swapping")
-def test_a_key_loaded_twice_fails_naming_the_partitions_key(db, pg_dsn, tmp_path):
+@pytest.mark.parametrize("way", ["in_place", "swap"])
+def test_a_key_loaded_twice_fails_naming_the_partitions_key(
+    db, pg_dsn, tmp_path, monkeypatch, caplog, way
+):
     tp.test_a_key_loaded_twice_fails_naming_the_partitions_key_and_the_target_is_untouched(
-        db, pg_dsn, tmp_path
+        db, pg_dsn, tmp_path, monkeypatch, caplog, way
     )
 
 

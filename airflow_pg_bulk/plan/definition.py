@@ -151,12 +151,17 @@ class LeafPartition(PlainData):
     :param in_place: a load's rows go into the partition in place rather than by a table
         built beside it and swapped in (few rows: see
         :data:`airflow_pg_bulk.target.partitioned.IN_PLACE_ROWS`).
+    :param replace_key: loaded in place by a load that replaces its rows: the columns of its
+        primary key, by which its rows are replaced (a DELETE of those not staged and a MERGE
+        of the staged ones: see :func:`airflow_pg_bulk.sql.replace_by_key`); empty: it is
+        emptied (TRUNCATE) and the staged rows inserted.
     """
 
     bound: str
     constraint: str | None
     definition: TargetDefinition
     in_place: bool = False
+    replace_key: tuple[str, ...] = ()
 
     @property
     def schema_and_name(self) -> tuple[str, str]:

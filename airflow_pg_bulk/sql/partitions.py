@@ -390,6 +390,81 @@ def too_big_or_triggered(
     )
 
 
+def replace_key(schema: str, table: str) -> Composed:
+    """The columns of the table's primary key, in its order, when its rows can be replaced in
+    place by key (:func:`replace_by_key`): a primary key whose operator classes are all their
+    types' defaults (so that ``=`` matches what it holds unique), no rule, no row-level
+    security, and the session's role may SELECT, INSERT, UPDATE and DELETE on the table
+    itself. NULL otherwise. Locks nothing."""
+    return SQL(
+        "SELECT (SELECT array_agg(a.attname::text ORDER BY k.n)"
+        " FROM pg_index i CROSS JOIN LATERAL unnest(i.indkey) WITH ORDINALITY AS k(attnum, n)"
+        " JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum"
+        " WHERE i.indrelid = c.oid AND i.indisprimary"
+        " AND NOT EXISTS (SELECT FROM unnest(i.indclass) AS o(oid)"
+        " JOIN pg_opclass p ON p.oid = o.oid WHERE NOT p.opcdefault))"
+        " FROM pg_class c WHERE c.oid = {r}::regclass AND NOT c.relhasrules"
+        " AND NOT c.relrowsecurity"
+        " AND has_table_privilege(c.oid, 'SELECT') AND has_table_privilege(c.oid, 'INSERT')"
+        " AND has_table_privilege(c.oid, 'UPDATE') AND has_table_privilege(c.oid, 'DELETE')"
+    ).format(r=Literal(Identifier(schema, table).as_string()))
+
+
+def in_place_check(schema: str, table: str, limit: int, leaf_schema: str, leaf: str) -> Composed:
+    """One row: :func:`too_big_or_triggered` and the leaf's :func:`replace_key`, in one
+    statement."""
+    return SQL("SELECT ({}), ({})").format(
+        too_big_or_triggered(schema, table, limit, leaf_schema, leaf),
+        replace_key(leaf_schema, leaf),
+    )
+
+
+def replace_by_key(
+    table: tuple[str, str],
+    staging: tuple[str, str],
+    columns: Sequence[str],
+    key: Sequence[str],
+    *,
+    override_identity: bool,
+) -> tuple[Composed, Composed]:
+    """A table's rows replaced in place by those of ``staging`` (both (schema, name)), matched by
+    ``key`` (its primary key, all in ``columns``): the DELETE of its rows whose key is not
+    staged, then a MERGE that updates the rows whose key is and inserts the others
+    (PostgreSQL 15+). The end is the same as emptying it and inserting the staged rows, but
+    an updated row whose foreign-key columns keep their values is not checked against the
+    referenced table again (PostgreSQL's RI trigger skips an update that keeps the key), and
+    the table is not locked against its readers. Two staged rows with one key that the
+    table holds fail the MERGE with SQLSTATE 21000 (cardinality_violation); two with a new
+    key fail its INSERT with the unique violation an INSERT would raise."""
+    target = table_identifier(*table)
+    source = table_identifier(*staging)
+    on = SQL(" AND ").join(SQL("s.{0} = t.{0}").format(Identifier(k)) for k in key)
+    rest = [c for c in columns if c not in key]
+    matched = (
+        SQL("UPDATE SET {}").format(
+            SQL(", ").join(SQL("{0} = s.{0}").format(Identifier(c)) for c in rest)
+        )
+        if rest
+        else SQL("DO NOTHING")
+    )
+    delete = SQL("DELETE FROM {} AS t WHERE NOT EXISTS (SELECT FROM {} AS s WHERE {})").format(
+        target, source, on
+    )
+    merge = SQL(
+        "MERGE INTO {} AS t USING {} AS s ON {} WHEN MATCHED THEN {}"
+        " WHEN NOT MATCHED THEN INSERT ({}){} VALUES ({})"
+    ).format(
+        target,
+        source,
+        on,
+        matched,
+        column_names(columns),
+        SQL(" OVERRIDING SYSTEM VALUE" if override_identity else ""),
+        SQL(", ").join(SQL("s.{}").format(Identifier(c)) for c in columns),
+    )
+    return delete, merge
+
+
 def has_rows(schema: str, table: str) -> Composed:
     """Whether a table holds at least one row."""
     return SQL("SELECT EXISTS (SELECT FROM {})").format(table_identifier(schema, table))

@@ -57,8 +57,15 @@ finalized; COMMIT. Nothing in that transaction reads or writes per partition of 
 another on its connection; with extra sessions
 (:func:`~airflow_pg_bulk.target.partition_builds.build_in_parallel`) several at once.
 
-- ``replace_partitions``: every partition that received a row is swapped; the others are not
-  touched (same relfilenode, same rows, never locked);
+A partition that receives few rows (at most ``IN_PLACE_ROWS``) and fires no trigger is
+loaded in place instead, in that same transaction, and nothing more is captured of it: a
+replace deletes its rows whose primary key is not staged and MERGEs the staged ones
+(``LeafPartition.replace_key``: no TRUNCATE, no foreign-key check of a row that keeps its
+key, no lock its readers wait for), or, without a usable key, empties it (TRUNCATE) and
+inserts them through the parent; an append inserts them through the parent.
+
+- ``replace_partitions``: every partition that received a row is swapped or replaced in place;
+  the others are not touched (same relfilenode, same rows, never locked);
 - ``replace``: as ``replace_partitions``, and every partition that received no row is emptied
   (TRUNCATE) in the same transaction;
 - ``append``: a partition that received rows and is empty is swapped; a non-empty one gets
@@ -90,12 +97,15 @@ from airflow_pg_bulk.db.driver import (
     execute,
     execute_count,
     execute_then_commit,
+    is_database_error,
     scalar,
+    server_error,
     server_version,
 )
 from airflow_pg_bulk.db.session import Sessions
-from airflow_pg_bulk.errors import IncompleteLoadError, LoadRefusedError
+from airflow_pg_bulk.errors import CARDINALITY_VIOLATION, IncompleteLoadError, LoadRefusedError
 from airflow_pg_bulk.plan import LeafPartition, LoadPlan, TargetDefinition, planning
+from airflow_pg_bulk.plan.codes import Identity
 from airflow_pg_bulk.plan.figures import PhaseClock
 from airflow_pg_bulk.target import (
     catalog,
@@ -212,15 +222,26 @@ def _capture_routed(
     # a partition loaded in place needs no definition; one swapped, its own in full
     by_name = {}
     swapped = []
+    by_key = plan.mode.replaces_rows and server_version(conn) >= 150000  # (MERGE)
     for number, (leaf_schema, name, bound, constraint) in enumerate(kept):
         table = naming.staging_partition(plan.load_id, number)
-        if t.triggers or scalar(
-            conn, sql.too_big_or_triggered(t.schema, table, IN_PLACE_ROWS, leaf_schema, name)
-        ):
+        if t.triggers:
+            swapped.append((leaf_schema, name))
+            continue
+        ((too_big, key),) = execute(
+            conn, sql.in_place_check(t.schema, table, IN_PLACE_ROWS, leaf_schema, name)
+        )
+        if too_big:
             swapped.append((leaf_schema, name))
             continue
         named = TargetDefinition(leaf_schema, name, 0, "", t.persistence, ())
-        by_name[leaf_schema, name] = LeafPartition(bound, constraint, named, in_place=True)
+        by_name[leaf_schema, name] = LeafPartition(
+            bound,
+            constraint,
+            named,
+            in_place=True,
+            replace_key=_replace_key(t, key) if by_key else (),
+        )
     unsupported: tuple[str, ...] = ()
     if swapped:
         captured = catalog.capture_leaves(conn, t, swapped)
@@ -237,6 +258,22 @@ def _capture_routed(
             )
         leaves.append(leaf)
     return tuple(leaves), unsupported
+
+
+def _replace_key(target: TargetDefinition, key: Sequence[str] | None) -> tuple[str, ...]:
+    """The key by which a partition loaded in place has its rows replaced
+    (:attr:`LeafPartition.replace_key`): its primary key as :func:`sql.replace_key` read it,
+    when the MERGE can set every other loaded column (none is a ``GENERATED ALWAYS``
+    identity, which an UPDATE cannot set) and no key column is generated; else none."""
+    if not key:
+        return ()
+    loaded = [c for c in target.columns if not c.generated]
+    names = {c.name for c in loaded}
+    if any(k not in names for k in key):
+        return ()
+    if any(c.identity == Identity.ALWAYS and c.name not in key for c in loaded):
+        return ()
+    return tuple(key)
 
 
 def _routed_before(conn: DatabaseConnection, plan: LoadPlan) -> LoadPlan:
@@ -382,10 +419,17 @@ def finalize_partitioned(
             )
         elif emptied:
             # in place alone (the daily reload): the parent is not locked beyond ROW EXCLUSIVE,
-            # readers of the other partitions are not held up (a replace_partitions empties
-            # each such partition first: ACCESS EXCLUSIVE on it, its own readers wait)
-            locking.lock_for_swap(conn, emptied)
-        for n in in_place:  # (a replace empties it first, in the same round trip)
+            # readers of the other partitions are not held up; a partition replaced by key
+            # neither (ROW EXCLUSIVE: its own readers read the rows it had until the commit),
+            # one emptied by TRUNCATE takes ACCESS EXCLUSIVE on it, and its readers wait
+            truncated = [leaves[n].schema_and_name for n in in_place if not leaves[n].replace_key]
+            if truncated:
+                locking.lock_for_swap(conn, truncated)
+        for n in in_place:
+            if plan.mode.replaces_rows and leaves[n].replace_key:
+                inserted[n] = _replace_leaf_by_key(conn, plan, n)
+                continue
+            # (a replace empties it first, in the same round trip)
             emptying = [sql.truncate(*leaves[n].schema_and_name)] if plan.mode.replaces_rows else []
             inserted[n] = _insert_leaf(conn, plan, n, after=emptying)
         for n, names in built.items():
@@ -449,6 +493,41 @@ def _insert_leaf(
         after=after,
     )
 
+
+def _replace_leaf_by_key(conn: DatabaseConnection, plan: LoadPlan, number: int) -> int:
+    """Replace a partition's rows in place by its staged ones, matched by its primary key
+    (:func:`sql.replace_by_key`: no TRUNCATE, and no foreign-key check of a row that keeps
+    its key); returns the rows staged. Two staged rows with a key the partition holds: the
+    savepoint taken before is rolled back to, and the partition is emptied and the rows
+    inserted as without a key, so that the load fails with the unique violation (and the
+    source line) it always gave."""
+    t = plan.target
+    leaf = t.required_partitioning().leaves[number]
+    columns = [c.name for c in t.columns if not c.generated]
+    delete, merge = sql.replace_by_key(
+        leaf.schema_and_name,
+        (t.schema, naming.staging_partition(plan.load_id, number)),
+        columns,
+        leaf.replace_key,
+        override_identity=staging.overrides_identity(t, columns),
+    )
+    try:
+        return execute_count(conn, merge, after=[sql.savepoint(_BY_KEY), delete])
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == CARDINALITY_VIOLATION):
+            raise
+    execute(conn, sql.rollback_to(_BY_KEY))
+    log.info(
+        "Load %s: two staged rows of %s.%s have one key it holds; emptying it and inserting "
+        "them instead, to find the duplicate",
+        plan.load_id,
+        *leaf.schema_and_name,
+    )
+    locking.lock_for_swap(conn, [leaf.schema_and_name])
+    return _insert_leaf(conn, plan, number, after=[sql.truncate(*leaf.schema_and_name)])
+
+
+_BY_KEY = "pgbulk_by_key"
 
 #: a partition that receives at most this many rows is loaded in place (a replace empties it
 #: first, in the same transaction) rather than built beside it and swapped in: at this size
