@@ -24,9 +24,10 @@ from airflow_pg_bulk.errors import AlreadyLoadedError, LoadRefusedError
 from airflow_pg_bulk.plan import LoadRequest, Settings
 
 #: a first prepare of a replace_partitions (the load history there): BEGIN, search_path and
-#: the table, its definition, the checks, ROLLBACK; BEGIN, the reads before making, staging,
-#: the ledger, COMMIT (it was 24 when each read was a statement of its own)
-FIRST_PREPARE = 10
+#: the table, its definition with the checks, ROLLBACK; BEGIN, the reads before making,
+#: staging, the ledger, COMMIT (it was 24 when each read was a statement of its own, 10 when
+#: the checks were one of their own)
+FIRST_PREPARE = 9
 
 
 def _round_trips(conn: Any, work: Callable[[], Any]) -> tuple[Any, int]:

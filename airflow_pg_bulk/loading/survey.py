@@ -8,13 +8,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from psycopg.sql import Composable
+
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     is_database_error,
     rollback_quietly,
-    rows_of_each,
 )
 from airflow_pg_bulk.loading import sources
 from airflow_pg_bulk.plan import LoadRequest, TargetDefinition, UpsertSpec, planning
@@ -75,14 +76,12 @@ def survey(
     upsert key. Ends with the connection's transaction rolled back.
 
     The checks, the target's number of partitions, whether the load history exists and the
-    interval ``abandoned_after`` (when given: prepare's) are read in one statement after the
-    capture (:func:`read_checks`); for an append with a ``load_id`` (prepare's), that load's
+    interval ``abandoned_after`` (when given: prepare's) are read in the capture's own
+    statement (:func:`capture_and_check`); for an append with a ``load_id`` (prepare's), that load's
     record in the load history too, once the role is known to be allowed to read it."""
-    target = catalog.capture(conn, schema, table)
+    target, checks = capture_and_check(conn, schema, table, abandoned_after)
     catalog.refuse_unsupported(target, request.mode)
-    privileges, writable, history_exists, leaves, seconds = read_checks(
-        conn, target, abandoned_after
-    )
+    privileges, writable, history_exists, leaves, seconds = checks
     catalog.refuse_without_privileges(conn, target, request.mode, privileges=privileges)
     history.refuse_without_access(conn, schema, writable=writable)
     appended = None
@@ -114,40 +113,54 @@ def survey(
     )
 
 
-def read_checks(
-    conn: DatabaseConnection, target: TargetDefinition, abandoned_after: str | None
-) -> tuple[tuple, bool, bool, int, float | None]:
-    """In one statement, in the capture's transaction: the role's privileges on the target
-    (the row of ``sql.loader_privileges``), whether the load history is missing or writable,
-    whether it exists, the target's number of partitions (0 for a plain table) and
-    ``abandoned_after`` in seconds (None when not given).
-
-    An ``abandoned_after`` that is no interval fails the statement: the rest is read again
-    without it (in a new transaction, its search_path pinned again), and its seconds are
-    None, so that prepare refuses it where it did before this read (after the source's
-    checks), with the same error."""
-    schema = target.schema
+def check_queries(
+    schema: str, oid: int, partitioned: bool, abandoned_after: str | None = None
+) -> list[Composable]:
+    """The reads of :func:`capture_and_check`, for the target ``oid`` in ``schema``."""
     queries = [
-        sql.loader_privileges(target.oid),
+        sql.loader_privileges(oid),
         history.access_check(schema),
         history.exists_check(schema),
     ]
-    if target.partitioning is not None:
-        queries.append(sql.leaf_count(target.oid))
-    found: list[list[tuple]] | None = None
+    if partitioned:
+        queries.append(sql.leaf_count(oid))
     if abandoned_after is not None:
-        try:
-            found = rows_of_each(conn, [*queries, sql.interval_seconds(abandoned_after)])
-        except Exception as exc:
-            if not is_database_error(exc):
-                raise
-            rollback_quietly(conn)
-            execute(conn, sql.pin_search_path())
+        queries.append(sql.interval_seconds(abandoned_after))
+    return queries
+
+
+#: what :func:`capture_and_check` read besides the definition: the role's privileges on the
+#: target (the row of ``sql.loader_privileges``), whether the load history is missing or
+#: writable, whether it exists, the target's number of partitions (0 for a plain table),
+#: ``abandoned_after`` in seconds (None when not given, or no interval)
+Checks = tuple[tuple, bool, bool, int, float | None]
+
+
+def capture_and_check(
+    conn: DatabaseConnection, schema: str, table: str, abandoned_after: str | None
+) -> tuple[TargetDefinition, Checks]:
+    """The target's definition (:func:`catalog.capture`) and the checks on it
+    (:data:`Checks`), read in the capture's round trip (:func:`catalog.capture_with`).
+
+    An ``abandoned_after`` that is no interval fails that statement: the whole is read again
+    without it (in a new transaction), and its seconds are None, so that prepare refuses it
+    where it did before this read (after the source's checks), with the same error."""
+
+    def with_interval(oid: int, partitioned: bool) -> list[Composable]:
+        return check_queries(schema, oid, partitioned, abandoned_after)
+
     seconds = None
-    if found is None:
-        found = rows_of_each(conn, queries)
-    else:
-        seconds = float(found.pop()[0][0])
+    try:
+        target, found = catalog.capture_with(conn, schema, table, with_interval)
+        if abandoned_after is not None:
+            seconds = float(found.pop()[0][0])
+    except Exception as exc:
+        if abandoned_after is None or not is_database_error(exc):
+            raise
+        rollback_quietly(conn)
+        target, found = catalog.capture_with(
+            conn, schema, table, lambda oid, partitioned: check_queries(schema, oid, partitioned)
+        )
     privileges, ((writable,),), ((exists,),), *rest = found
     leaves = int(rest[0][0][0]) if rest else 0
-    return privileges[0], bool(writable), bool(exists), leaves, seconds
+    return target, (privileges[0], bool(writable), bool(exists), leaves, seconds)

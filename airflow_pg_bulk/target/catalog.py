@@ -7,6 +7,8 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from psycopg.sql import Composable
+
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
@@ -32,6 +34,10 @@ from airflow_pg_bulk.plan import (
 )
 from airflow_pg_bulk.plan.codes import ConstraintKind, Mode, RelKind
 
+#: reads to make with a capture, in its round trip: the queries for the table's oid and
+#: whether it is partitioned (see :func:`capture_with`)
+AlsoRead = Callable[[int, bool], Sequence[Composable]]
+
 
 def capture(
     conn: DatabaseConnection, schema: str, table: str, *, as_partition: bool = False
@@ -44,6 +50,19 @@ def capture(
     swaps a partitioned table itself) or its own indexes and constraints (its partitions
     have them; a partition swapped is captured in full); ``as_partition``: the table is a
     leaf partition, captured as a part of its parent's definition (:func:`capture_leaves`)."""
+    return capture_with(conn, schema, table, as_partition=as_partition)[0]
+
+
+def capture_with(
+    conn: DatabaseConnection,
+    schema: str,
+    table: str,
+    also: AlsoRead | None = None,
+    *,
+    as_partition: bool = False,
+) -> tuple[TargetDefinition, list[list[tuple]]]:
+    """:func:`capture`, and the rows of the reads ``also`` gives for the table (SELECTs that
+    cannot fail), read in the capture's own round trip."""
     _pinned, rows = execute_each(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
@@ -92,8 +111,11 @@ def capture(
             sql.dependent_views(oid),
             sql.unsupported_dependents(oid),
         ]
+    extra = list(also(oid, partitioned)) if also is not None else []
     # one round trip for all of them (they were one each: 11 statements per capture)
-    column_rows, trigger_rows, referencing_rows, sequence_rows, *rest = rows_of_each(conn, queries)
+    found = rows_of_each(conn, [*queries, *extra])
+    also_found = found[len(queries) :]
+    column_rows, trigger_rows, referencing_rows, sequence_rows, *rest = found[: len(queries)]
     index_rows: list[tuple] = []
     constraint_rows: list[tuple] = []
     grant_rows: list[tuple] = []
@@ -165,7 +187,7 @@ def capture(
     if rls:
         problems.append("it has row-level security enabled")
     problems.extend(f"{b} depends on it" for b in blockers)
-    return TargetDefinition(
+    definition = TargetDefinition(
         schema=schema,
         table=table,
         oid=oid,
@@ -185,6 +207,7 @@ def capture(
         unsupported=tuple(problems),
         partitioning=_partitioning(schema, table, *partition_rows) if partitioned else None,
     )
+    return definition, also_found
 
 
 def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -> Partitioning:
