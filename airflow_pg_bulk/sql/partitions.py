@@ -410,13 +410,19 @@ def replace_key(schema: str, table: str) -> Composed:
     ).format(r=Literal(Identifier(schema, table).as_string()))
 
 
-def in_place_check(schema: str, table: str, limit: int, leaf_schema: str, leaf: str) -> Composed:
+def in_place_check(
+    schema: str, table: str, limit: int, leaf_schema: str, leaf: str, rows: int | None = None
+) -> Composed:
     """One row: :func:`too_big_or_triggered` and the leaf's :func:`replace_key`, in one
-    statement."""
-    return SQL("SELECT ({}), ({})").format(
-        too_big_or_triggered(schema, table, limit, leaf_schema, leaf),
-        replace_key(leaf_schema, leaf),
+    statement; ``rows``: the table's rows when known (none counted then)."""
+    too_big = (
+        too_big_or_triggered(schema, table, limit, leaf_schema, leaf)
+        if rows is None
+        else SQL("SELECT {} OR ({})").format(
+            Literal(rows > limit), has_user_triggers(leaf_schema, leaf)
+        )
     )
+    return SQL("SELECT ({}), ({})").format(too_big, replace_key(leaf_schema, leaf))
 
 
 def replace_by_key(

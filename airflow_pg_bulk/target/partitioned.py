@@ -184,7 +184,7 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
             conn.commit()
             return routed
         kept = partition_staging.layout_of(plan).move_rows(conn, plan, rows)
-        leaves, unsupported = _capture_routed(conn, plan, kept)
+        leaves, unsupported = _capture_routed(conn, plan, kept, rows)
         routed = _with_leaves(plan, leaves, unsupported)
         # each new table's COMMENT and the COMMIT: one round trip
         comments = [
@@ -211,9 +211,10 @@ def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int
 
 
 def _capture_routed(
-    conn: DatabaseConnection, plan: LoadPlan, kept: list[partition_staging.Routed]
+    conn: DatabaseConnection, plan: LoadPlan, kept: list[partition_staging.Routed], rows: int
 ) -> tuple[tuple[LeafPartition, ...], tuple[str, ...]]:
-    """The partitions that received rows (``kept``, each with its new table): which are loaded
+    """The partitions that received rows (``kept``, each with its new table; ``rows`` in all,
+    the ledger's): which are loaded
     in place (at most :data:`IN_PLACE_ROWS` rows, no trigger), each other one captured in
     full; returns them in order and what a partition-wise load cannot carry over for them.
     (:func:`route` keeps each one's definition in its new table's COMMENT, so that a retried
@@ -228,8 +229,10 @@ def _capture_routed(
         if t.triggers:
             swapped.append((leaf_schema, name))
             continue
+        # (the rows of a load into one partition are all its: not counted again)
+        alone = rows if len(kept) == 1 else None
         ((too_big, key),) = execute(
-            conn, sql.in_place_check(t.schema, table, IN_PLACE_ROWS, leaf_schema, name)
+            conn, sql.in_place_check(t.schema, table, IN_PLACE_ROWS, leaf_schema, name, alone)
         )
         if too_big:
             swapped.append((leaf_schema, name))
