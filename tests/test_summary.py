@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from airflow_pg_bulk import runner
+from airflow_pg_bulk.loading import changes
 from airflow_pg_bulk.plan.figures import LoadSummary, TableChange
 
 CLI = [os.path.join(os.path.dirname(sys.executable), "airflow-pg-bulk")]
@@ -89,6 +90,26 @@ def test_one_partition_replaced_counts_from_the_ledger(db, tmp_path):
         (f"{db.schema}.readings_2", "replaced", 2900, 70, True, False),
     ]
     assert summary.table_rows == db.scalar(f"SELECT count(*) FROM {db.schema}.readings")
+
+
+def test_a_load_into_one_of_many_partitions_does_not_sum_the_others(db, tmp_path, monkeypatch):
+    """With more partitions than SUMMED_PARTITIONS (3 here, 2 allowed), the untouched ones'
+    estimates are not read (one catalog row each): the summary tells the partition replaced,
+    and not the target's total; a replace, which empties the others, still reads them."""
+    _monthly(db)
+    monkeypatch.setattr(changes, "SUMMED_PARTITIONS", 2)
+    source = _file(tmp_path / "day.csv", {"2024-02-03": 70})
+
+    summary = runner.load(db.dsn, db.table("readings"), source, mode="replace_partitions")
+
+    assert _changes(summary) == [
+        (f"{db.schema}.readings_2", "replaced", 2900, 70, True, False),
+    ]
+    assert (summary.table_rows, summary.table_rows_estimated) == (None, False)
+    assert summary.what_changed() == [f"replaced {db.schema}.readings_2: about 2,900 -> 70 rows"]
+    assert type(summary).from_dict(summary.to_dict()) == summary
+    replaced = runner.load(db.dsn, db.table("readings"), source, mode="replace")
+    assert (replaced.table_rows, replaced.table_rows_estimated) == (70, False)
 
 
 def test_append_into_a_partition_and_whole_replace(db, tmp_path):

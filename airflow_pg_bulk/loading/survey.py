@@ -5,6 +5,7 @@ so that the preview refuses exactly what prepare would."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -82,6 +83,9 @@ def survey(
     target, checks = capture_and_check(conn, schema, table, abandoned_after)
     catalog.refuse_unsupported(target, request.mode)
     privileges, writable, history_exists, leaves, seconds = checks
+    if target.partitioning is not None:  # (for the summary: see loading.changes)
+        counted = dataclasses.replace(target.partitioning, count=leaves)
+        target = dataclasses.replace(target, partitioning=counted)
     catalog.refuse_without_privileges(conn, target, request.mode, privileges=privileges)
     history.refuse_without_access(conn, schema, writable=writable)
     appended = None

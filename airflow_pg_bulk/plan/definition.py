@@ -174,12 +174,14 @@ class Partitioning(PlainData):
     """A partitioned target's key (``pg_get_partkeydef``: ``RANGE (day)``), its strategy
     (``pg_partitioned_table.partstrat``, what the load decides on; the key's text is only
     rendered into SQL) and leaves, and what the partition-wise finalize cannot carry over,
-    in words."""
+    in words; ``count``: how many partitions it had when prepare captured it (0: not
+    counted)."""
 
     key: str
     strategy: PartitionStrategy
     leaves: tuple[LeafPartition, ...] = ()
     unsupported: tuple[str, ...] = ()
+    count: int = 0
 
     def __post_init__(self) -> None:
         # a plain str from to_dict / XCom

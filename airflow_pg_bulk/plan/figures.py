@@ -116,9 +116,11 @@ class LoadSummary(PlainData):
     ``changes``: what the load did to the target, or to each table partition it touched
     (:class:`TableChange`); ``table_rows``: the rows the target holds after the load (None:
     unknown), an estimate when ``table_rows_estimated`` (the catalog's, for the rows the load
-    did not touch: finalize never counts the target). Both empty for a finalize retried after
-    its commit. ``reject_table``: where rejected rows went (``schema.table``; None: not
-    rejecting)."""
+    did not touch: finalize never counts the target); None and not estimated: not summed (a
+    load into some of a target's many partitions:
+    :data:`airflow_pg_bulk.loading.changes.SUMMED_PARTITIONS`). Both empty for a finalize
+    retried after its commit. ``reject_table``: where rejected rows went (``schema.table``;
+    None: not rejecting)."""
 
     table: str
     mode: str
@@ -208,6 +210,8 @@ class LoadSummary(PlainData):
         lines = [c.describe() for c in shown]
         if len(shown) < len(self.changes):
             lines.append(f"... and {len(self.changes) - len(shown)} more table partitions")
+        if self.table_rows is None and not self.table_rows_estimated:  # not summed
+            return lines
         holds = rows_in_words(self.table_rows, self.table_rows_estimated)
         return [*lines, f"{self.table} holds {holds} rows now"]
 

@@ -16,9 +16,10 @@ from airflow_pg_bulk.target import catalog
 
 
 def parent_fingerprint(plan: LoadPlan) -> dict[str, Any]:
-    """What prepare captured of the parent (its partitions left out)."""
+    """What prepare captured of the parent (its partitions left out, and their number:
+    partitions added or dropped meanwhile change nothing the load swaps)."""
     t = plan.target
-    bare = dataclasses.replace(t.required_partitioning(), leaves=(), unsupported=())
+    bare = dataclasses.replace(t.required_partitioning(), leaves=(), unsupported=(), count=0)
     return dataclasses.replace(t, partitioning=bare).fingerprint()
 
 
