@@ -337,8 +337,14 @@ def load(
                 if getattr(main, "closed", False):  # its COPY stream lost it: a new one
                     close_cancelling(main)
                     main = factory()
-                steps.start_session(main, naming.application_name(load_id, "cleanup"))
-                steps.cleanup(main, schema, load_id, lock_timeout=request.settings.lock_timeout)
+                name = naming.application_name(load_id, "cleanup")
+                steps.cleanup(  # (the session's setup in cleanup's first round trip)
+                    main,
+                    schema,
+                    load_id,
+                    lock_timeout=request.settings.lock_timeout,
+                    first=[session_setup(main, name)],
+                )
             except Exception:
                 if not control.stopped:
                     log.exception(

@@ -28,7 +28,7 @@ from airflow_pg_bulk.db.driver import (
 )
 
 #: the in-process daily reload's round trips (see the last test), session set-ups included
-ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 10, "copy": 6, "finalize": 21, "cleanup": 5}
+ROUND_TRIPS_OF_A_DAILY_RELOAD = {"prepare": 10, "copy": 6, "finalize": 21, "cleanup": 4}
 
 
 def _exists(db: Database, name: str) -> bool:

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from psycopg.sql import Composable
 
 from airflow_pg_bulk import naming, sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
-    execute_outside_transaction,
+    execute_each_outside_transaction,
     is_database_error,
     rollback_quietly,
     scalar,
@@ -37,9 +40,11 @@ def cleanup(
     lock_timeout: str = Settings.lock_timeout,
     attempts: int = CLEANUP_ATTEMPTS,
     backoff: float = CLEANUP_BACKOFF,
+    first: Sequence[Composable] = (),
 ) -> list[str]:
     """Drop every table this load created (staging, ledger); never the target. Idempotent.
-    The ledger goes last (see :func:`drop_abandoned`).
+    The ledger goes last (see :func:`drop_abandoned`). ``first``: statements for outside a
+    transaction (the session's setup), sent with cleanup's first read, in its round trip.
 
     The tables are dropped in one transaction under ``lock_timeout``; when that meets it, each
     in its own transaction; a drop that meets it
@@ -51,7 +56,8 @@ def cleanup(
     dropped: list[str] = []
     for attempt in range(1, attempts + 1):
         try:
-            left = _drop_each(conn, schema, load_id, lock_timeout, dropped)
+            left = _drop_each(conn, schema, load_id, lock_timeout, dropped, first)
+            first = ()
         except BaseException:
             rollback_quietly(conn)
             raise
@@ -80,15 +86,22 @@ def cleanup(
 
 
 def _drop_each(
-    conn: DatabaseConnection, schema: str, load_id: str, lock_timeout: str, dropped: list[str]
+    conn: DatabaseConnection,
+    schema: str,
+    load_id: str,
+    lock_timeout: str,
+    dropped: list[str],
+    first: Sequence[Composable] = (),
 ) -> list[str]:
     """Drop the run's tables, appending to ``dropped``; return those a lock timeout left.
     All in one transaction (one commit whatever their number); when that meets
-    ``lock_timeout``, one transaction each, so that a locked table keeps no other."""
+    ``lock_timeout``, one transaction each, so that a locked table keeps no other.
+    ``first``: see :func:`cleanup`."""
     left = []
     ledger = naming.ledger_table(load_id)
-    # (a read in autocommit: one round trip)
-    names = [row[0] for row in execute_outside_transaction(conn, run_tables_check(schema, load_id))]
+    # (a read in autocommit, after ``first``: one round trip)
+    found = execute_each_outside_transaction(conn, [*first, run_tables_check(schema, load_id)])
+    names = [row[0] for row in found[-1]]
     if not names:
         return left
     # the setting and the DROP in one round trip; the COMMIT apart: a DROP may wait for a
