@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 
 from airflow_pg_bulk import naming, sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute, scalar
+from airflow_pg_bulk.db.driver import DatabaseConnection, execute, execute_outside_transaction
 from airflow_pg_bulk.db.session import Sessions
 from airflow_pg_bulk.plan import ConstraintDef, LoadPlan
 from airflow_pg_bulk.plan.codes import ConstraintKind
@@ -33,9 +33,10 @@ def build_on_staging(
     """The target's indexes and constraints on ``plan.staging_table`` (what ``built`` holds is
     skipped), then ANALYZE; returns the temporary names of the indexes and constraints.
 
-    ``commit`` runs after each step (default: the connection's commit, so that a retried
-    replace goes on where the last one stopped); a rebuild passes a no-op and keeps it all
-    in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)
+    ``commit`` runs after each step; default: each step is a transaction of its own, so that
+    a retried replace goes on where the last one stopped (one round trip each, in autocommit,
+    where BEGIN, the statement and COMMIT were three); a rebuild passes a no-op and keeps it
+    all in its one transaction. (VALIDATE CONSTRAINT and ANALYZE run in a transaction block.)
 
     Each build gets ``max_parallel_maintenance_workers`` by
     :func:`parallel_builds.size_builds`; with ``sessions`` and more than one index to build,
@@ -51,7 +52,7 @@ def build_on_staging(
     that a retried finalize does not analyze it again."""
     t = plan.target
     stage = plan.staging_table
-    commit = commit or conn.commit
+    step = _steps(conn, commit)
     index_names, constraint_names = naming.temp_names(plan)
     with clock.phase("indexes"):
         builds = []
@@ -72,8 +73,7 @@ def build_on_staging(
             limits = parallel_builds.read_limits(conn)
         sizing = limits.sizing(at_once, plan.settings.index_workers, alongside)
         workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
-        execute(conn, workers)
-        commit()
+        step(workers)
         if builds:
             log.info(
                 "Load %s: building %d indexes on %s for %s, %d at once, %d parallel workers "
@@ -95,34 +95,48 @@ def build_on_staging(
             parallel_builds.run_at_once(sessions, builds, sizing.builds, setup)
         else:
             for statement in builds:
-                execute(conn, statement)
-                commit()
+                step(statement)
     with clock.phase("constraints"):
         for con in t.constraints:
-            _add_constraint(conn, plan, con, constraint_names[con.name], index_names, built, commit)
-    if plan.settings.analyze and not scalar(conn, sql.has_statistics(t.schema, stage)):
+            _add_constraint(plan, con, constraint_names[con.name], index_names, built, step)
+    if plan.settings.analyze and not step(sql.has_statistics(t.schema, stage))[0][0]:
         with clock.phase("analyze"):
-            execute(conn, sql.analyze(t.schema, stage))
-            commit()
+            step(sql.analyze(t.schema, stage))
     return index_names, constraint_names
 
 
+def _steps(
+    conn: DatabaseConnection, commit: Callable[[], None] | None
+) -> Callable[[sql.Composable], list[tuple]]:
+    """How :func:`build_on_staging` runs a step and ends it (see its ``commit``): with no
+    ``commit``, in autocommit (a transaction of its own; in the one open, if any, which it
+    commits); else in the current transaction, then ``commit``. Returns the step's rows."""
+
+    def step(statement: sql.Composable) -> list[tuple]:
+        if commit is None:
+            return execute_outside_transaction(conn, statement)
+        rows = execute(conn, statement)
+        commit()
+        return rows
+
+    return step
+
+
 def _add_constraint(
-    conn: DatabaseConnection,
     plan: LoadPlan,
     con: ConstraintDef,
     name: str,
     index_names: dict[str, str],
     built: Existing,
-    commit: Callable[[], None],
+    step: Callable[[sql.Composable], list[tuple]],
 ) -> None:
+    """One constraint on staging, each statement a step (see :func:`_steps`)."""
     t = plan.target
     stage = plan.staging_table
     exists = ("constraint", name) in built
     if con.kind in (ConstraintKind.PRIMARY_KEY, ConstraintKind.UNIQUE):
         if not exists:
-            execute(
-                conn,
+            step(
                 sql.add_key_using_index(
                     t.schema,
                     stage,
@@ -135,10 +149,8 @@ def _add_constraint(
             )
     elif con.kind in (ConstraintKind.CHECK, ConstraintKind.FOREIGN_KEY):
         if not exists:
-            execute(conn, sql.add_constraint(t.schema, stage, name, con.definition, not_valid=True))
-            commit()
+            step(sql.add_constraint(t.schema, stage, name, con.definition, not_valid=True))
         if con.validated and not built.get(("constraint", name)):
-            execute(conn, sql.validate_constraint(t.schema, stage, name))
+            step(sql.validate_constraint(t.schema, stage, name))
     elif not exists:
-        execute(conn, sql.add_constraint(t.schema, stage, name, con.definition))
-    commit()
+        step(sql.add_constraint(t.schema, stage, name, con.definition))
