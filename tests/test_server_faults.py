@@ -358,7 +358,7 @@ def built_on_staging(db: Database, plan: LoadPlan) -> dict[str, bool | None]:
     return {
         f"{kind} {back.get(name, name)}": flag
         for kind, name, flag in db.run(bulk_sql.staging_state(db.schema, plan.staging_table))
-        if kind != "persistence"
+        if kind not in ("persistence", "analyzed")
     }
 
 

@@ -90,15 +90,6 @@ def analyze(schema: str, table: str) -> Composed:
     return SQL("ANALYZE {}").format(table_identifier(schema, table))
 
 
-def has_statistics(schema: str, table: str) -> Composed:
-    """Whether ANALYZE has left column statistics on the table (``pg_stats``, which shows a
-    table's rows to a role that may read its columns): true after an ANALYZE of a table with
-    rows, and never before one (``CREATE INDEX`` counts rows, it writes no statistics)."""
-    return SQL(
-        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_stats WHERE schemaname = {} AND tablename = {})"
-    ).format(Literal(schema), Literal(table))
-
-
 def estimated_rows(schema: str, table: str, bytes_per_row: int) -> Composed:
     """The planner's row estimate of a table without reading it: the sum over the table, or
     its leaf partitions (a partitioned table has no rows of its own, and autovacuum never

@@ -46,10 +46,10 @@ def build_on_staging(
     parallel workers. ``limits``: the server's settings as finalize read them (None: read
     here, on ``conn``).
 
-    ANALYZE is skipped when the table has statistics already (:func:`sql.has_statistics`: an
-    earlier attempt, or a side-by-side build, analyzed it; its rows do not change after
-    COPY, and autovacuum is off on staging tables, so those statistics are of these rows), so
-    that a retried finalize does not analyze it again."""
+    ANALYZE is skipped when ``built`` says an ANALYZE of the table ended (``("analyzed", "")``,
+    :func:`sql.staging_state`: an earlier attempt, or a side-by-side build, analyzed it; its
+    rows do not change after COPY, and autovacuum is off on staging tables, so those
+    statistics are of these rows), so that a retried finalize does not analyze it again."""
     t = plan.target
     stage = plan.staging_table
     step = _steps(conn, commit)
@@ -99,7 +99,7 @@ def build_on_staging(
     with clock.phase("constraints"):
         for con in t.constraints:
             _add_constraint(plan, con, constraint_names[con.name], index_names, built, step)
-    if plan.settings.analyze and not step(sql.has_statistics(t.schema, stage))[0][0]:
+    if plan.settings.analyze and not built.get(("analyzed", "")):
         with clock.phase("analyze"):
             step(sql.analyze(t.schema, stage))
     return index_names, constraint_names
