@@ -233,19 +233,23 @@ def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -
 
 
 def capture_leaves(
-    conn: DatabaseConnection, target: TargetDefinition, names: list[tuple[str, str]] | None
+    conn: DatabaseConnection,
+    target: TargetDefinition,
+    names: list[tuple[str, str]] | None,
+    *,
+    found: list[tuple] | None = None,
 ) -> Partitioning:
     """The target's partitioning with the leaves ``names`` ((schema, name) pairs; None: all of
     them) captured in full (each one's own definition), and what a partition-wise load
     cannot carry over for them, in words. A name that is no longer a partition of the target
-    is left out."""
+    is left out. ``found``: their rows of ``sql.leaf_partitions``, when read already."""
     parts = target.partitioning
     if parts is None:
         raise ValueError(f"{target.qualified} is not partitioned")
     leaves = []
-    for leaf_schema, name, relkind, bound, constraint in execute(
-        conn, sql.leaf_partitions(target.oid, names)
-    ):
+    if found is None:
+        found = execute(conn, sql.leaf_partitions(target.oid, names))
+    for leaf_schema, name, relkind, bound, constraint in found:
         if relkind != RelKind.TABLE:
             raise LoadRefusedError(
                 f"table partition {leaf_schema}.{name} of {target.qualified} is not a plain table; "
@@ -253,7 +257,8 @@ def capture_leaves(
             )
         leaf = capture(conn, leaf_schema, name, as_partition=True)
         leaves.append(LeafPartition(bound, constraint, leaf))
-    execute(conn, sql.pin_search_path())  # (capture of each leaf pinned it too)
+    if not leaves:  # (the capture of a leaf pins it: one round trip fewer each time)
+        execute(conn, sql.pin_search_path())
     return dataclasses.replace(
         parts, leaves=tuple(leaves), unsupported=leaf_problems(target, leaves)
     )

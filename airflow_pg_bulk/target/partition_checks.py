@@ -45,14 +45,21 @@ def replaced_parts(plan: LoadPlan, loaded: list[int]) -> list[str] | None:
 
 
 def refuse_changed_leaves(
-    conn: DatabaseConnection, plan: LoadPlan, parent: TargetDefinition, swapped: list[LeafPartition]
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    parent: TargetDefinition,
+    swapped: list[LeafPartition],
+    *,
+    found: list[tuple] | None = None,
 ) -> None:
     """Under the swap's lock: each partition to swap is still a partition of the target,
     with the bound and definition its new table was built for (its oid aside: another load
-    may have swapped it since, keeping its definition)."""
+    may have swapped it since, keeping its definition). ``found``: their rows of
+    ``sql.leaf_partitions``, when read already."""
     if not swapped:
         return
-    now = catalog.capture_leaves(conn, parent, [leaf.schema_and_name for leaf in swapped])
+    names = [leaf.schema_and_name for leaf in swapped]
+    now = catalog.capture_leaves(conn, parent, names, found=found)
     current = {leaf.schema_and_name: leaf for leaf in now.leaves}
     for leaf in swapped:
         d = leaf.definition

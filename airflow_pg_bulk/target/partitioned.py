@@ -399,24 +399,39 @@ def finalize_partitioned(
             # the parent's lock would never be granted (seen: 30 s of tries, then the load
             # failed, with autovacuum working on the partitions)
             swapped = [leaves[n].schema_and_name for n in built]
-            execute(
-                conn, sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE", only=True)
+            parent = sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE", only=True)
+            if plan.mode.whole_target:
+                # a replace empties the other partitions that hold rows: locked as the swapped
+                # ones (a TRUNCATE under the parent's ACCESS EXCLUSIVE waited for the autovacuum
+                # of such a partition until deadlock_timeout, 1 s, and readers with it); the
+                # parent's SHARE UPDATE EXCLUSIVE keeps partitions from being attached or
+                # detached meanwhile
+                execute(conn, parent)
+                others = partition_checks.others_with_rows(conn, plan)
+                if swapped or others:
+                    execute(conn, sql.lock_tables([*swapped, *others], "SHARE UPDATE EXCLUSIVE"))
+            else:  # the parent, then the partitions swapped, in that order: one round trip
+                others = []
+                execute(
+                    conn,
+                    sql.in_one_round_trip(
+                        parent, sql.lock_tables(swapped, "SHARE UPDATE EXCLUSIVE")
+                    ),
+                )
+            # the parent (its capture pins search_path for the swap) and, in its round trip,
+            # the partitions swapped as the catalog has them now
+            now, found = catalog.capture_with(
+                conn, t.schema, t.table, lambda oid, _p: [sql.leaf_partitions(oid, swapped)]
             )
-            # a replace empties the other partitions that hold rows: locked as the swapped
-            # ones (a TRUNCATE under the parent's ACCESS EXCLUSIVE waited for the autovacuum
-            # of such a partition until deadlock_timeout, 1 s, and readers with it); the parent's
-            # SHARE UPDATE EXCLUSIVE keeps partitions from being attached or detached meanwhile
-            others = partition_checks.others_with_rows(conn, plan) if plan.mode.whole_target else []
-            if swapped or others:
-                execute(conn, sql.lock_tables([*swapped, *others], "SHARE UPDATE EXCLUSIVE"))
-            now = catalog.capture(conn, t.schema, t.table)  # pins search_path for the swap
             if now.fingerprint() != partition_checks.parent_fingerprint(plan):
                 raise LoadRefusedError(
                     f"the definition of {t.qualified} changed between prepare and finalize "
                     "(columns, indexes, constraints, grants, owner or comments); nothing was "
                     "swapped. Run the load again"
                 )
-            partition_checks.refuse_changed_leaves(conn, plan, now, [leaves[n] for n in built])
+            partition_checks.refuse_changed_leaves(
+                conn, plan, now, [leaves[n] for n in built], found=found[0]
+            )
             locking.lock_for_swap(
                 conn, [(t.schema, t.table), *swapped, *emptied, *others], only=True
             )
