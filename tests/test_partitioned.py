@@ -289,6 +289,36 @@ def test_psycopg2_replace_partitions_reruns_to_the_same_table(db, pg_dsn, tmp_pa
     assert leftovers(db) == []
 
 
+def test_psycopg2_replaces_in_place_by_key_and_finds_a_duplicate_key(db, pg_dsn, tmp_path, caplog):
+    """On psycopg2 (the savepoint, the DELETE and the MERGE one round trip each): the
+    partitions replaced by key, their files kept; a key staged twice that a partition holds
+    fails the MERGE, and the load fails with the unique violation of the way without a key,
+    the target as it was."""
+    setup_target(db, "range")
+    data = loaded_rows(db, "range", "replace_partitions")
+    path = write_csv(tmp_path / "load.csv", data)
+    expected = reference(db, "range", "replace_partitions", path)
+    before = filenodes(db)
+
+    def psycopg2() -> Any:
+        return connect_driver(pg_dsn, "psycopg2")
+
+    runner.load(psycopg2, db.table("readings"), str(path), mode="replace_partitions")
+
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    assert filenodes(db) == before
+    loaded = _snapshot(db)
+    twice = write_csv(tmp_path / "twice.csv", [*data, data[3]])
+    with (
+        caplog.at_level(logging.INFO, logger="airflow_pg_bulk"),
+        pytest.raises(ConstraintViolationError, match="_pkey"),
+    ):
+        runner.load(psycopg2, db.table("readings"), str(twice), mode="replace_partitions")
+    assert "emptying it and inserting" in caplog.text
+    assert _snapshot(db) == loaded
+    assert leftovers(db) == []
+
+
 def test_a_row_in_no_partition_names_file_line_and_value(db, pg_dsn, tmp_path):
     setup_target(db, "range")
     data = loaded_rows(db, "range", "replace_partitions")

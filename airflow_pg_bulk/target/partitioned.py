@@ -214,9 +214,9 @@ def _capture_routed(
     conn: DatabaseConnection, plan: LoadPlan, kept: list[partition_staging.Routed], rows: int
 ) -> tuple[tuple[LeafPartition, ...], tuple[str, ...]]:
     """The partitions that received rows (``kept``, each with its new table; ``rows`` in all,
-    the ledger's): which are loaded
-    in place (at most :data:`IN_PLACE_ROWS` rows, no trigger), each other one captured in
-    full; returns them in order and what a partition-wise load cannot carry over for them.
+    the ledger's): which are loaded in place (at most :data:`IN_PLACE_ROWS` rows, no
+    trigger; a replace's by its primary key where it can), each other one captured in full;
+    returns them in order and what a partition-wise load cannot carry over for them.
     (:func:`route` keeps each one's definition in its new table's COMMENT, so that a retried
     finalize builds and compares against exactly what was captured.)"""
     t = plan.target
