@@ -662,6 +662,16 @@ def test_the_swap_waits_for_a_reader_at_most_lock_timeout(db, pg_dsn, tmp_path):
     assert leftovers(db) == []
 
 
+def _two_months(db: Any, table: str) -> None:
+    """``<table>_0`` and ``<table>_1``: January and February 2024, partitions of ``table``."""
+    for n, (start, end) in enumerate((("2024-01-01", "2024-02-01"), ("2024-02-01", "2024-03-01"))):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
+                db.ident(f"{table}_{n}"), db.ident(table), psql.Literal(start), psql.Literal(end)
+            )
+        )
+
+
 def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db, pg_dsn, tmp_path):
     """As an INSERT into the target would: the loaded rows draw from its identity sequence,
     which goes on from there; an error in staging names the target."""
@@ -672,12 +682,7 @@ def test_an_identity_column_not_loaded_is_numbered_from_the_targets_sequence(db,
             " note text NOT NULL, PRIMARY KEY (id, day)) PARTITION BY RANGE (day)"
         ).format(t)
     )
-    for n, (start, end) in enumerate((("2024-01-01", "2024-02-01"), ("2024-02-01", "2024-03-01"))):
-        db.run(
-            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
-                db.ident(f"events_{n}"), t, psql.Literal(start), psql.Literal(end)
-            )
-        )
+    _two_months(db, "events")
     db.run(
         psql.SQL(
             "INSERT INTO {} (day, note) VALUES ('2024-01-05', 'a'), ('2024-02-05', 'b')"
@@ -744,12 +749,7 @@ def _unkeyed_target(db: Any) -> None:
             " PARTITION BY RANGE (day)"
         ).format(t)
     )
-    for n, (start, end) in enumerate((("2024-01-01", "2024-02-01"), ("2024-02-01", "2024-03-01"))):
-        db.run(
-            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES FROM ({}) TO ({})").format(
-                db.ident(f"plain_readings_{n}"), t, psql.Literal(start), psql.Literal(end)
-            )
-        )
+    _two_months(db, "plain_readings")
     db.run(
         psql.SQL(
             "INSERT INTO {} VALUES (1, '2024-01-02', 1), (2, '2024-01-03', 2), (3, '2024-02-01', 3)"

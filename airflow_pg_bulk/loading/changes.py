@@ -175,9 +175,9 @@ def summary_fields(
             label = f"{others.holding} other table partitions of {t.qualified}"
             changes.append(TableChange(label, "emptied", held, 0))
         return {"changes": tuple(changes), "table_rows": rows, "table_rows_estimated": False}
-    afters = [c.rows_after for c in changes] + [held]
-    total = None if None in afters else sum(afters)  # type: ignore[arg-type]
     if others is None:  # the other partitions not read: the target's total is not told
         return {"changes": tuple(changes), "table_rows": None, "table_rows_estimated": False}
+    afters = [c.rows_after for c in changes] + [held]
+    total = None if None in afters else sum(afters)  # type: ignore[arg-type]
     estimated = bool(others.count) or any(c.after_estimated for c in changes)
     return {"changes": tuple(changes), "table_rows": total, "table_rows_estimated": estimated}

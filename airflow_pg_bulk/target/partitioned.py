@@ -229,8 +229,12 @@ def _capture_routed(
         if t.triggers:
             swapped.append((leaf_schema, name))
             continue
-        # (the rows of a load into one partition are all its: not counted again)
+        # (the rows of a load into one partition are all its: not counted again, and more
+        # than IN_PLACE_ROWS of them swap it, whatever the rest would say)
         alone = rows if len(kept) == 1 else None
+        if alone is not None and alone > IN_PLACE_ROWS:
+            swapped.append((leaf_schema, name))
+            continue
         ((too_big, key),) = execute(
             conn, sql.in_place_check(t.schema, table, IN_PLACE_ROWS, leaf_schema, name, alone)
         )
