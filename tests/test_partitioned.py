@@ -936,3 +936,74 @@ def test_an_index_or_constraint_added_to_the_parent_after_prepare_is_on_the_load
             )
         assert found == 1, (change, way, n)
     assert leftovers(db) == []
+
+
+LEAF_CHANGES = {
+    # each made on a partition the load swaps, after finalize captured it and before the swap
+    "index-added": "CREATE INDEX readings_p1_note ON {t} (note)",
+    "grant-added": "GRANT SELECT ON {t} TO PUBLIC",
+    "comment-changed": "COMMENT ON TABLE {t} IS 'changed'",
+    "check-added": "ALTER TABLE {t} ADD CONSTRAINT readings_p1_id_ok CHECK (id > 0)",
+}
+
+
+@pytest.mark.parametrize("change", list(LEAF_CHANGES))
+def test_a_partition_changed_between_its_capture_and_the_swap_is_refused(
+    db, pg_dsn, tmp_path, monkeypatch, driver, change
+):
+    """The swap checks, under its lock, that each partition it swaps still has the
+    definition its new table was built for (read with the parent's, in one round trip): one
+    changed meanwhile refuses the load, the target keeps its rows, and the load run again goes
+    through, carrying the change over."""
+    from airflow_pg_bulk.target import partition_builds
+
+    monkeypatch.setattr(partitioned, "IN_PLACE_ROWS", 0)
+    setup_target(db, "range")
+    path = write_csv(tmp_path / "load.csv", loaded_rows(db, "range", "replace_partitions"))
+    expected = reference(db, "range", "replace_partitions", path)
+    before = db.checksum("readings", ", ".join(COLUMNS))
+    real = partition_builds.build_leaf
+    changed = []
+
+    def build_then_change(conn: Any, plan: Any, number: int, *args: Any, **kwargs: Any) -> Any:
+        built = real(conn, plan, number, *args, **kwargs)
+        leaf = plan.target.required_partitioning().leaves[number].definition.table
+        if leaf == "readings_p1" and not changed:
+            db.run(psql.SQL(LEAF_CHANGES[change]).format(t=db.ident("readings_p1")))
+            changed.append(leaf)
+        return built
+
+    monkeypatch.setattr(partition_builds, "build_leaf", build_then_change)
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("readings"), source=(str(path),), partitions=2
+    )
+    conn = connect_driver(pg_dsn, driver)
+    try:
+        plan = steps.prepare(conn, request, "d1b2c3d4e5f6")
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        with pytest.raises(LoadRefusedError) as info:
+            steps.finalize(conn, plan)
+        assert "table partition" in str(info.value) and "readings_p1" in str(info.value)
+        assert "definition changed" in str(info.value) and "nothing was swapped" in str(info.value)
+        assert db.checksum("readings", ", ".join(COLUMNS)) == before
+        steps.cleanup(conn, db.schema, plan.load_id)
+    finally:
+        conn.close()
+    assert changed == ["readings_p1"]
+    assert leftovers(db) == []
+
+    runner.load(pg_dsn, db.table("readings"), str(path), mode="replace_partitions", driver=driver)
+    assert db.checksum("readings", ", ".join(COLUMNS)) == expected
+    kept = {
+        "index-added": "SELECT count(*) FROM pg_indexes WHERE schemaname = %s"
+        " AND indexname = 'readings_p1_note'",
+        "grant-added": "SELECT count(*) FROM information_schema.role_table_grants"
+        " WHERE table_schema = %s AND table_name = 'readings_p1' AND grantee = 'PUBLIC'",
+        "comment-changed": "SELECT count(*) FROM pg_description d JOIN pg_class c ON c.oid ="
+        " d.objoid JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s"
+        " AND c.relname = 'readings_p1' AND d.objsubid = 0 AND d.description = 'changed'",
+        "check-added": "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n"
+        " ON n.oid = c.connamespace WHERE n.nspname = %s AND c.conname = 'readings_p1_id_ok'",
+    }[change]
+    assert db.scalar(kept, db.schema) == 1

@@ -160,7 +160,12 @@ def rows_of_each(conn: Any, queries: list[pg3sql.Composable]) -> list[list[tuple
     run as one statement (:func:`airflow_pg_bulk.sql.rows_of_each`), each row a tuple of its
     columns as JSON gives them (text, numbers, booleans, arrays as lists, NULL as None), as
     the driver gives the catalog's columns."""
-    text = scalar(conn, one_query_for_each(queries))
+    return json_rows(scalar(conn, one_query_for_each(queries)))
+
+
+def json_rows(text: str) -> list[list[tuple]]:
+    """The rows of each query, from the one value of
+    :func:`airflow_pg_bulk.sql.rows_of_each` (as :func:`rows_of_each` returns them)."""
     return json.loads(text, object_pairs_hook=lambda pairs: tuple(v for _k, v in pairs))
 
 

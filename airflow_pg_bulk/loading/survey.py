@@ -118,7 +118,7 @@ def survey(
 
 
 def check_queries(
-    schema: str, oid: int, partitioned: bool, abandoned_after: str | None = None
+    schema: str, oid: sql.OidRef, partitioned: bool, abandoned_after: str | None = None
 ) -> list[Composable]:
     """The reads of :func:`capture_and_check`, for the target ``oid`` in ``schema``."""
     queries = [
@@ -150,7 +150,7 @@ def capture_and_check(
     without it (in a new transaction), and its seconds are None, so that prepare refuses it
     where it did before this read (after the source's checks), with the same error."""
 
-    def with_interval(oid: int, partitioned: bool) -> list[Composable]:
+    def with_interval(oid: sql.OidRef, partitioned: bool) -> list[Composable]:
         return check_queries(schema, oid, partitioned, abandoned_after)
 
     seconds = None

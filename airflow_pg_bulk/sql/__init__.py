@@ -23,6 +23,8 @@ from airflow_pg_bulk.sql.catalog import (
     loader_privileges,
     owned_sequences,
     referencing_keys,
+    remember_oids,
+    remembered_oid,
     rows_of_each,
     run_tables,
     sequence_state,
@@ -35,8 +37,10 @@ from airflow_pg_bulk.sql.catalog import (
     unsupported_dependents,
 )
 from airflow_pg_bulk.sql.compose import (
+    OidRef,
     column_names,
     in_one_round_trip,
+    oid_ref,
     table_identifier,
 )
 from airflow_pg_bulk.sql.ddl import (
@@ -231,6 +235,7 @@ __all__ = [
     "Identifier",
     "KeyRange",
     "Literal",
+    "OidRef",
     "add_check",
     "add_constraint",
     "add_identity",
@@ -325,6 +330,7 @@ __all__ = [
     "more_rows_than",
     "newer_load",
     "now_epoch",
+    "oid_ref",
     "owned_sequences",
     "parallel_limits",
     "partition_figures",
@@ -343,6 +349,8 @@ __all__ = [
     "relation_exists",
     "relation_size",
     "release",
+    "remember_oids",
+    "remembered_oid",
     "rename_constraint",
     "rename_index",
     "rename_sequence",

@@ -6,9 +6,37 @@ from collections.abc import Sequence
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
-from airflow_pg_bulk.sql.compose import table_identifier
+from airflow_pg_bulk.sql.compose import OidRef, oid_ref, table_identifier
 
 # --- catalog capture -------------------------------------------------------------------------
+
+
+def remember_oids(tables: Sequence[tuple[str, str]]) -> Composed:
+    """Keep the oid of each of ``tables`` ((schema, name) pairs; 0 for one that does not
+    exist) in a setting of the transaction, the n-th as :func:`remembered_oid` ``(n)`` reads
+    it: for queries sent in the same round trip, which cannot wait for the oids to come
+    back. (An oid found by a subquery in each query cost more to plan than the round trip
+    saved: 8.9 against 6.8 ms for a partition's capture; read from a setting, as a literal.)"""
+    return SQL("SELECT {}").format(
+        SQL(", ").join(
+            SQL("set_config({}, coalesce(({})::text, '0'), true)").format(
+                Literal(_OID_SETTING.format(n)),
+                SQL(
+                    "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+                    " WHERE n.nspname = {} AND c.relname = {}"
+                ).format(Literal(schema), Literal(table)),
+            )
+            for n, (schema, table) in enumerate(tables)
+        )
+    )
+
+
+def remembered_oid(n: int) -> Composed:
+    """The oid :func:`remember_oids` kept n-th, in a query of the same transaction."""
+    return SQL("current_setting({})::oid").format(Literal(_OID_SETTING.format(n)))
+
+
+_OID_SETTING = "pgbulk.oid_{}"
 
 
 def find_table(schema: str, table: str) -> Composed:
@@ -23,7 +51,7 @@ def find_table(schema: str, table: str) -> Composed:
     ).format(Literal(schema), Literal(table))
 
 
-def loader_privileges(oid: int) -> Composed:
+def loader_privileges(oid: OidRef) -> Composed:
     """Whether the session's role may own-operate, insert into, and create beside the target:
     (owner or member of the owner, INSERT, CREATE on its schema, current_user, UPDATE)."""
     return SQL(
@@ -31,20 +59,20 @@ def loader_privileges(oid: int) -> Composed:
         " has_schema_privilege(c.relnamespace, 'CREATE'), current_user::text,"
         " has_table_privilege(c.oid, 'UPDATE')"
         " FROM pg_class c WHERE c.oid = {}"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def table_columns(oid: int) -> Composed:
+def table_columns(oid: OidRef) -> Composed:
     """Columns in order: name, type, not null, generated, identity kind, comment."""
     return SQL(
         "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,"
         " a.attgenerated <> '', a.attidentity::text, col_description(a.attrelid, a.attnum)"
         " FROM pg_attribute a WHERE a.attrelid = {} AND a.attnum > 0 AND NOT a.attisdropped"
         " ORDER BY a.attnum"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def table_indexes(oid: int) -> Composed:
+def table_indexes(oid: OidRef) -> Composed:
     """Indexes: name, unique, full definition, the exact prefix before the access method,
     the constraint it backs (if any) and its comment."""
     return SQL(
@@ -61,10 +89,10 @@ def table_indexes(oid: int) -> Composed:
         " LEFT JOIN pg_constraint con ON con.conindid = i.indexrelid AND con.conrelid = c.oid"
         "   AND con.contype IN ('p', 'u', 'x')"
         " WHERE i.indrelid = {} ORDER BY ic.relname"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def table_constraints(oid: int) -> Composed:
+def table_constraints(oid: OidRef) -> Composed:
     """PK, unique, check, foreign-key and exclusion constraints with their definitions."""
     return SQL(
         "SELECT con.conname, con.contype::text, pg_get_constraintdef(con.oid), con.convalidated,"
@@ -73,18 +101,18 @@ def table_constraints(oid: int) -> Composed:
         " FROM pg_constraint con LEFT JOIN pg_class ic ON ic.oid = con.conindid"
         " WHERE con.conrelid = {} AND con.contype IN ('p', 'u', 'c', 'f', 'x')"
         " ORDER BY con.conname"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def table_triggers(oid: int) -> Composed:
+def table_triggers(oid: OidRef) -> Composed:
     """User triggers (not the internal ones of foreign keys): name, definition, enabled state."""
     return SQL(
         "SELECT t.tgname, pg_get_triggerdef(t.oid), t.tgenabled::text FROM pg_trigger t"
         " WHERE t.tgrelid = {} AND NOT t.tgisinternal ORDER BY t.tgname"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def table_grants(oid: int) -> Composed:
+def table_grants(oid: OidRef) -> Composed:
     """Table and column privileges: grantee (empty for PUBLIC), privilege, grantable, column."""
     return SQL(
         "SELECT coalesce(r.rolname, ''), a.privilege_type, a.is_grantable, NULL::name"
@@ -95,10 +123,10 @@ def table_grants(oid: int) -> Composed:
         " FROM pg_attribute att, aclexplode(att.attacl) a LEFT JOIN pg_roles r ON r.oid = a.grantee"
         " WHERE att.attrelid = {0} AND att.attnum > 0 AND NOT att.attisdropped"
         " ORDER BY 4 NULLS FIRST, 1, 2"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def referencing_keys(oid: int) -> Composed:
+def referencing_keys(oid: OidRef) -> Composed:
     """Foreign keys of other tables that reference the target. Found through the
     dependencies on the target's columns that each foreign key records (an index lookup)
     rather than by reading all of ``pg_constraint``, which has no index on the referenced
@@ -115,10 +143,10 @@ def referencing_keys(oid: int) -> Composed:
         " JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE con.contype = 'f' AND con.confrelid = {0} AND con.conrelid <> {0}"
         " ORDER BY 1, 2, 3"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def owned_sequences(oid: int) -> Composed:
+def owned_sequences(oid: OidRef) -> Composed:
     """Sequences tied to the target's columns: serial (auto) or identity (internal)."""
     return SQL(
         "SELECT n.nspname, s.relname, a.attname,"
@@ -129,7 +157,7 @@ def owned_sequences(oid: int) -> Composed:
         " WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass"
         " AND d.refobjid = {} AND d.refobjsubid > 0"  # (not the partitions' rows: 0)
         " AND d.deptype IN ('a', 'i') ORDER BY a.attnum"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
 def sequence_state(schema: str, name: str) -> Composed:
@@ -140,7 +168,7 @@ def sequence_state(schema: str, name: str) -> Composed:
     ).format(table_identifier(schema, name), Literal(Identifier(schema, name).as_string()))
 
 
-def dependent_views(oid: int) -> Composed:
+def dependent_views(oid: OidRef) -> Composed:
     """Views and materialized views that read the target directly, with their definitions."""
     return SQL(
         "SELECT DISTINCT n.nspname, v.relname, v.relkind::text, pg_get_viewdef(v.oid),"
@@ -149,10 +177,10 @@ def dependent_views(oid: int) -> Composed:
         " JOIN pg_class v ON v.oid = r.ev_class JOIN pg_namespace n ON n.oid = v.relnamespace"
         " WHERE d.classid = 'pg_rewrite'::regclass AND d.refclassid = 'pg_class'::regclass"
         " AND d.refobjid = {0} AND v.oid <> {0} ORDER BY 1, 2"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def unsupported_dependents(oid: int) -> Composed:
+def unsupported_dependents(oid: OidRef) -> Composed:
     """Objects depending on the target that a replace cannot carry over (policies, rules,
     publications, statistics objects, functions, ...), described in words. Views and
     materialized views are not listed here: :func:`dependent_views` reads them."""
@@ -171,7 +199,7 @@ def unsupported_dependents(oid: int) -> Composed:
         "   WHERE r.oid = d.objid AND r.rulename = '_RETURN' AND v.relkind IN ('v', 'm')"
         "   AND v.oid <> {0}))"
         " ORDER BY 1"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
 def staging_state(schema: str, staging: str) -> Composed:

@@ -7,22 +7,22 @@ from typing import Any
 
 from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
-from airflow_pg_bulk.sql.compose import column_names, table_identifier
+from airflow_pg_bulk.sql.compose import OidRef, column_names, oid_ref, table_identifier
 from airflow_pg_bulk.sql.upsert import SOURCE_ORDER
 
 # --- partitioned targets (see airflow_pg_bulk/partitioned.py) --------------------------------
 
 
-def partition_key(oid: int) -> Composed:
+def partition_key(oid: OidRef) -> Composed:
     """A partitioned table's key as the server renders it (``RANGE (day)``) and its
     strategy, ``pg_partitioned_table.partstrat`` (``r``, ``l``, ``h``)."""
     return SQL(
         "SELECT pg_get_partkeydef(partrelid), partstrat::text FROM pg_partitioned_table"
         " WHERE partrelid = {}"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
-def leaf_partitions(oid: int, names: Sequence[tuple[str, str]] | None = None) -> Composed:
+def leaf_partitions(oid: OidRef, names: Sequence[tuple[str, str]] | None = None) -> Composed:
     """A partitioned table's direct partitions (those of ``names``, (schema, name) pairs, when
     given): schema, name, relkind, bound, partition constraint (NULL for a lone DEFAULT
     partition), ordered by name. (The constraint takes ACCESS SHARE on each partition.)"""
@@ -39,13 +39,13 @@ def leaf_partitions(oid: int, names: Sequence[tuple[str, str]] | None = None) ->
         " FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid"
         " JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE i.inhparent = {}{} ORDER BY c.relname"
-    ).format(Literal(oid), chosen)
+    ).format(oid_ref(oid), chosen)
 
 
-def leaf_count(oid: int) -> Composed:
+def leaf_count(oid: OidRef) -> Composed:
     """How many direct partitions a partitioned table has (no lock taken, nothing per
     partition read but its pg_inherits row)."""
-    return SQL("SELECT count(*) FROM pg_inherits WHERE inhparent = {}").format(Literal(oid))
+    return SQL("SELECT count(*) FROM pg_inherits WHERE inhparent = {}").format(oid_ref(oid))
 
 
 def partitions_with_comments(schema: str, parent: str) -> Composed:
@@ -136,7 +136,7 @@ def partition_key_columns(oid: int) -> Composed:
     ).format(Literal(oid))
 
 
-def unsupported_partition(oid: int) -> Composed:
+def unsupported_partition(oid: OidRef) -> Composed:
     """The direct partitions of a partitioned table that are not plain tables (schema, name,
     relkind: a sub-partitioned or foreign partition), usually none; no lock taken. Found
     among the database's partitioned and foreign tables (two small catalogs) rather than by
@@ -152,7 +152,7 @@ def unsupported_partition(oid: int) -> Composed:
         " JOIN pg_class c ON c.oid = o.r JOIN pg_namespace n ON n.oid = c.relnamespace"
         " WHERE EXISTS (SELECT FROM pg_inherits i WHERE i.inhrelid = o.r"
         " AND i.inhparent = {} OFFSET 0)"
-    ).format(Literal(oid))
+    ).format(oid_ref(oid))
 
 
 def distinct_keys(

@@ -15,6 +15,8 @@ from airflow_pg_bulk.db.driver import (
     execute,
     execute_each,
     is_database_error,
+    is_psycopg2,
+    json_rows,
     rows_of_each,
     scalar,
     server_error,
@@ -34,13 +36,18 @@ from airflow_pg_bulk.plan import (
 )
 from airflow_pg_bulk.plan.codes import ConstraintKind, Mode, RelKind
 
-#: reads to make with a capture, in its round trip: the queries for the table's oid and
-#: whether it is partitioned (see :func:`capture_with`)
-AlsoRead = Callable[[int, bool], Sequence[Composable]]
+#: reads to make with a capture, in its round trip: the queries for the table's oid (a number,
+#: or an expression that finds it) and whether it is partitioned (see :func:`capture_with`)
+AlsoRead = Callable[[sql.OidRef, bool], Sequence[Composable]]
 
 
 def capture(
-    conn: DatabaseConnection, schema: str, table: str, *, as_partition: bool = False
+    conn: DatabaseConnection,
+    schema: str,
+    table: str,
+    *,
+    as_partition: bool = False,
+    partitioned: bool | None = None,
 ) -> TargetDefinition:
     """Read the target's definition in the current transaction (search_path pinned).
 
@@ -49,8 +56,10 @@ def capture(
     partitions), and without its grants, dependent views and other dependents (no load
     swaps a partitioned table itself) or its own indexes and constraints (its partitions
     have them; a partition swapped is captured in full); ``as_partition``: the table is a
-    leaf partition, captured as a part of its parent's definition (:func:`capture_leaves`)."""
-    return capture_with(conn, schema, table, as_partition=as_partition)[0]
+    leaf partition, captured as a part of its parent's definition (:func:`capture_leaves`);
+    ``partitioned``: whether it is partitioned, when the caller knows (one round trip fewer:
+    see :func:`capture_with`)."""
+    return capture_with(conn, schema, table, as_partition=as_partition, partitioned=partitioned)[0]
 
 
 def capture_with(
@@ -60,30 +69,64 @@ def capture_with(
     also: AlsoRead | None = None,
     *,
     as_partition: bool = False,
+    partitioned: bool | None = None,
+    with_oids_of: Sequence[tuple[str, str]] = (),
 ) -> tuple[TargetDefinition, list[list[tuple]]]:
     """:func:`capture`, and the rows of the reads ``also`` gives for the table (SELECTs that
-    cannot fail), read in the capture's own round trip."""
-    _pinned, rows = execute_each(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
+    cannot fail), read in the capture's own round trip.
+
+    :param partitioned: whether the table is a partitioned one, when the caller knows (a
+        partition, captured ``as_partition``, is taken as a plain table): then, on psycopg 3,
+        its queries go in the same round trip as the search for the table, and read its oid
+        from where that round trip keeps it (:func:`airflow_pg_bulk.sql.remember_oids`): one
+        round trip in all, where it takes two otherwise (should the table turn out to be of
+        another kind, it is read again, as when not known).
+    :param with_oids_of: tables whose oids the queries of ``also`` read as
+        ``sql.remembered_oid(1)``, ``(2)``... (a transaction must be open on psycopg2)."""
+    if as_partition:
+        partitioned = False
+    remember = [sql.remember_oids([(schema, table), *with_oids_of])]
+    if partitioned is not None and not is_psycopg2(conn):
+        ref = sql.remembered_oid(0)
+        queries = _queries(ref, partitioned)
+        extra = list(also(ref, partitioned)) if also is not None else []
+        _pinned, rows, _kept, ((text,),) = execute_each(
+            conn,
+            [
+                sql.pin_search_path(),
+                sql.find_table(schema, table),
+                *remember,
+                sql.rows_of_each([*queries, *extra]),
+            ],
+        )
+        if rows and _is_partitioned(rows[0], as_partition) == partitioned:
+            found = json_rows(text)
+            definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
+            return definition, found[len(queries) :]
+    _pinned, rows, *_kept = execute_each(
+        conn,
+        [sql.pin_search_path(), sql.find_table(schema, table), *(remember if with_oids_of else [])],
+    )
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
-    oid, relkind, persistence, owner, reloptions, is_partition, rls, comment, inherits = rows[0]
-    partitioned = relkind == RelKind.PARTITIONED and not as_partition
-    if partitioned and is_partition:
-        raise LoadRefusedError(
-            f"target {schema}.{table} is itself a table partition of a partitioned table; "
-            "load into its top-level parent (multi-level partitioning is not supported)"
-        )
-    if relkind != RelKind.TABLE and not partitioned:
-        kinds = {
-            RelKind.PARTITIONED: "a partitioned table",
-            RelKind.VIEW: "a view",
-            RelKind.MATERIALIZED_VIEW: "a materialized view",
-            RelKind.FOREIGN_TABLE: "a foreign table",
-        }
-        raise LoadRefusedError(
-            f"target {schema}.{table} is {kinds.get(relkind, 'not a plain table')}; "
-            "only plain tables are supported as targets"
-        )
+    oid = rows[0][0]
+    kind = _is_partitioned(rows[0], as_partition)
+    queries = _queries(oid, kind)
+    extra = list(also(oid, kind)) if also is not None else []
+    # one round trip for all of them (they were one each: 11 statements per capture)
+    found = rows_of_each(conn, [*queries, *extra])
+    definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
+    return definition, found[len(queries) :]
+
+
+def _is_partitioned(row: tuple, as_partition: bool) -> bool:
+    """Whether a table, by its row of :func:`airflow_pg_bulk.sql.find_table`, is captured as a
+    partitioned one."""
+    return row[1] == RelKind.PARTITIONED and not as_partition
+
+
+def _queries(oid: sql.OidRef, partitioned: bool) -> list[Composable]:
+    """The queries of a capture, in the order :func:`_definition` reads their rows."""
     queries = [
         sql.table_columns(oid),
         sql.table_triggers(oid),
@@ -102,20 +145,41 @@ def capture_with(
         # swap's lock; a load into the parent in place goes through whatever indexes and
         # constraints it has when it inserts. (Read, they were 4 of the ~12 ms this capture
         # took in a new session at 1,826 partitions: RESULTS-incremental, sixth pass.)
-        queries += [sql.partition_key(oid), sql.unsupported_partition(oid)]
-    else:
-        queries += [
-            sql.table_indexes(oid),
-            sql.table_constraints(oid),
-            sql.table_grants(oid),
-            sql.dependent_views(oid),
-            sql.unsupported_dependents(oid),
-        ]
-    extra = list(also(oid, partitioned)) if also is not None else []
-    # one round trip for all of them (they were one each: 11 statements per capture)
-    found = rows_of_each(conn, [*queries, *extra])
-    also_found = found[len(queries) :]
-    column_rows, trigger_rows, referencing_rows, sequence_rows, *rest = found[: len(queries)]
+        return [*queries, sql.partition_key(oid), sql.unsupported_partition(oid)]
+    return [
+        *queries,
+        sql.table_indexes(oid),
+        sql.table_constraints(oid),
+        sql.table_grants(oid),
+        sql.dependent_views(oid),
+        sql.unsupported_dependents(oid),
+    ]
+
+
+def _definition(
+    schema: str, table: str, row: tuple, found: list[list[tuple]], as_partition: bool
+) -> TargetDefinition:
+    """The definition from the table's row of :func:`airflow_pg_bulk.sql.find_table` and the
+    rows of its :func:`_queries`; refuses a table of a kind no load goes into."""
+    oid, relkind, persistence, owner, reloptions, is_partition, rls, comment, inherits = row
+    partitioned = _is_partitioned(row, as_partition)
+    if partitioned and is_partition:
+        raise LoadRefusedError(
+            f"target {schema}.{table} is itself a table partition of a partitioned table; "
+            "load into its top-level parent (multi-level partitioning is not supported)"
+        )
+    if relkind != RelKind.TABLE and not partitioned:
+        kinds = {
+            RelKind.PARTITIONED: "a partitioned table",
+            RelKind.VIEW: "a view",
+            RelKind.MATERIALIZED_VIEW: "a materialized view",
+            RelKind.FOREIGN_TABLE: "a foreign table",
+        }
+        raise LoadRefusedError(
+            f"target {schema}.{table} is {kinds.get(relkind, 'not a plain table')}; "
+            "only plain tables are supported as targets"
+        )
+    column_rows, trigger_rows, referencing_rows, sequence_rows, *rest = found
     index_rows: list[tuple] = []
     constraint_rows: list[tuple] = []
     grant_rows: list[tuple] = []
@@ -207,7 +271,7 @@ def capture_with(
         unsupported=tuple(problems),
         partitioning=_partitioning(schema, table, *partition_rows) if partitioned else None,
     )
-    return definition, also_found
+    return definition
 
 
 def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -> Partitioning:
@@ -238,30 +302,92 @@ def capture_leaves(
     names: list[tuple[str, str]] | None,
     *,
     found: list[tuple] | None = None,
+    read: list[list[tuple]] | None = None,
 ) -> Partitioning:
     """The target's partitioning with the leaves ``names`` ((schema, name) pairs; None: all of
     them) captured in full (each one's own definition), and what a partition-wise load
     cannot carry over for them, in words. A name that is no longer a partition of the target
-    is left out. ``found``: their rows of ``sql.leaf_partitions``, when read already."""
+    is left out. ``found``: their rows of ``sql.leaf_partitions``, when read already;
+    ``read``: and the rows of their :func:`leaf_queries` too (nothing more is read then)."""
     parts = target.partitioning
     if parts is None:
         raise ValueError(f"{target.qualified} is not partitioned")
     leaves = []
-    if found is None:
-        found = execute(conn, sql.leaf_partitions(target.oid, names))
-    for leaf_schema, name, relkind, bound, constraint in found:
-        if relkind != RelKind.TABLE:
-            raise LoadRefusedError(
-                f"table partition {leaf_schema}.{name} of {target.qualified} is not a plain table; "
-                "only plain-table leaf partitions of one level are supported"
-            )
-        leaf = capture(conn, leaf_schema, name, as_partition=True)
-        leaves.append(LeafPartition(bound, constraint, leaf))
+    if found is not None and read is not None and names is not None:
+        per = len(read) // len(names) if names else 0
+        at = {leaf: n * per for n, leaf in enumerate(names)}
+        for leaf_schema, name, relkind, bound, constraint in found:
+            _refuse_odd_leaf(target, leaf_schema, name, relkind)
+            first = at[leaf_schema, name]
+            rows, *rest = read[first : first + per]
+            definition = _definition(leaf_schema, name, rows[0], rest, as_partition=True)
+            leaves.append(LeafPartition(bound, constraint, definition))
+    elif found is None and names is not None:  # each with its row, in one round trip each
+        for leaf_schema, name in names:
+            leaf = _capture_leaf(conn, target, leaf_schema, name)
+            if leaf is not None:
+                leaves.append(leaf)
+    else:
+        if found is None:
+            found = execute(conn, sql.leaf_partitions(target.oid, names))
+        for leaf_schema, name, relkind, bound, constraint in found:
+            _refuse_odd_leaf(target, leaf_schema, name, relkind)
+            leaf = capture(conn, leaf_schema, name, as_partition=True)
+            leaves.append(LeafPartition(bound, constraint, leaf))
     if not leaves:  # (the capture of a leaf pins it: one round trip fewer each time)
         execute(conn, sql.pin_search_path())
     return dataclasses.replace(
         parts, leaves=tuple(leaves), unsupported=leaf_problems(target, leaves)
     )
+
+
+def leaf_queries(names: Sequence[tuple[str, str]], first: int = 1) -> list[Composable]:
+    """The reads that capture the partitions ``names`` in full, for a round trip of the
+    caller's (with ``sql.leaf_partitions`` of the same names: see :func:`capture_leaves`),
+    under search_path pinned, their oids kept from ``sql.remembered_oid(first)`` on (see
+    :func:`capture_with`'s ``with_oids_of``): for each, its row of ``sql.find_table`` and
+    its capture's queries."""
+    return [
+        query
+        for n, (leaf_schema, name) in enumerate(names, first)
+        for query in (
+            sql.find_table(leaf_schema, name),
+            *_queries(sql.remembered_oid(n), partitioned=False),
+        )
+    ]
+
+
+def _capture_leaf(
+    conn: DatabaseConnection, target: TargetDefinition, leaf_schema: str, name: str
+) -> LeafPartition | None:
+    """The partition ``leaf_schema.name`` of ``target`` captured in full, with its bound, in
+    one round trip on psycopg 3 (its row of ``sql.leaf_partitions`` read with its
+    definition; in a transaction); None when it is no partition of ``target`` (any more)."""
+    queries = _queries(sql.remembered_oid(0), partitioned=False)
+    _pinned, rows, _kept, ((text,),) = execute_each(
+        conn,
+        [
+            sql.pin_search_path(),
+            sql.find_table(leaf_schema, name),
+            sql.remember_oids([(leaf_schema, name)]),
+            sql.rows_of_each([*queries, sql.leaf_partitions(target.oid, [(leaf_schema, name)])]),
+        ],
+    )
+    *found, partition_rows = json_rows(text)
+    if not partition_rows or not rows:
+        return None
+    ((_schema, _name, relkind, bound, constraint),) = partition_rows
+    _refuse_odd_leaf(target, leaf_schema, name, relkind)
+    definition = _definition(leaf_schema, name, rows[0], found, as_partition=True)
+    return LeafPartition(bound, constraint, definition)
+
+
+def _refuse_odd_leaf(target: TargetDefinition, leaf_schema: str, name: str, relkind: str) -> None:
+    if relkind != RelKind.TABLE:
+        raise LoadRefusedError(
+            f"table partition {leaf_schema}.{name} of {target.qualified} is not a plain table; "
+            "only plain-table leaf partitions of one level are supported"
+        )
 
 
 def leaf_problems(target: TargetDefinition, leaves: Sequence[LeafPartition]) -> tuple[str, ...]:

@@ -51,15 +51,17 @@ def refuse_changed_leaves(
     swapped: list[LeafPartition],
     *,
     found: list[tuple] | None = None,
+    read: list[list[tuple]] | None = None,
 ) -> None:
     """Under the swap's lock: each partition to swap is still a partition of the target,
     with the bound and definition its new table was built for (its oid aside: another load
     may have swapped it since, keeping its definition). ``found``: their rows of
-    ``sql.leaf_partitions``, when read already."""
+    ``sql.leaf_partitions``, when read already; ``read``: and the rows of their
+    :func:`~airflow_pg_bulk.target.catalog.leaf_queries`."""
     if not swapped:
         return
     names = [leaf.schema_and_name for leaf in swapped]
-    now = catalog.capture_leaves(conn, parent, names, found=found)
+    now = catalog.capture_leaves(conn, parent, names, found=found, read=read)
     current = {leaf.schema_and_name: leaf for leaf in now.leaves}
     for leaf in swapped:
         d = leaf.definition

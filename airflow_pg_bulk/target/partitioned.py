@@ -98,6 +98,7 @@ from airflow_pg_bulk.db.driver import (
     execute_count,
     execute_then_commit,
     is_database_error,
+    rows_of_each,
     scalar,
     server_error,
     server_version,
@@ -423,9 +424,14 @@ def finalize_partitioned(
                     ),
                 )
             # the parent (its capture pins search_path for the swap) and, in its round trip,
-            # the partitions swapped as the catalog has them now
+            # the partitions swapped as the catalog has them now, each captured in full
             now, found = catalog.capture_with(
-                conn, t.schema, t.table, lambda oid, _p: [sql.leaf_partitions(oid, swapped)]
+                conn,
+                t.schema,
+                t.table,
+                lambda oid, _p: [sql.leaf_partitions(oid, swapped), *catalog.leaf_queries(swapped)],
+                partitioned=True,
+                with_oids_of=swapped,
             )
             if now.fingerprint() != partition_checks.parent_fingerprint(plan):
                 raise LoadRefusedError(
@@ -434,7 +440,7 @@ def finalize_partitioned(
                     "swapped. Run the load again"
                 )
             partition_checks.refuse_changed_leaves(
-                conn, plan, now, [leaves[n] for n in built], found=found[0]
+                conn, plan, now, [leaves[n] for n in built], found=found[0], read=found[1:]
             )
             locking.lock_for_swap(
                 conn, [(t.schema, t.table), *swapped, *emptied, *others], only=True
@@ -567,7 +573,11 @@ def _swap_leaf(
     index_names: dict[str, str],
     constraint_names: dict[str, str],
 ) -> None:
-    """In the swap's transaction: the built table takes the place of one partition."""
+    """In the swap's transaction: the built table takes the place of one partition. Two
+    round trips on psycopg 3: what the partition's and the new table's columns have and
+    the session's role, read together; then the DETACH, DROP, renames, properties, column
+    settings and ATTACH in one query string (each statement its own round trip on
+    psycopg2)."""
     t = plan.target
     d = leaf.definition
     stage = naming.staging_partition(plan.load_id, number)
@@ -575,21 +585,35 @@ def _swap_leaf(
     # defaults, e.g. an identity column's nextval() on the target's sequence, and none of its
     # own statistics targets, storage or options); an identity inherited from the parent
     # (PostgreSQL 17+) comes back with ATTACH
-    former = execute(conn, sql.column_settings(t.schema, d.table))
-    execute(conn, sql.detach_partition(t.schema, t.table, d.table))
-    execute(conn, sql.drop_table(t.schema, d.table))
-    execute(conn, sql.rename_table(t.schema, stage, d.table))
-    for original, temp in constraint_names.items():
-        execute(conn, sql.rename_constraint(t.schema, d.table, temp, original))
-    for index in d.indexes:
-        if index.constraint is None:
-            execute(conn, sql.rename_index(t.schema, index_names[index.name], index.name))
-    if d.owner != scalar(conn, sql.current_user()):
-        execute(conn, sql.set_owner(t.schema, d.table, d.owner))
+    former, built, ((user,),) = rows_of_each(
+        conn,
+        [
+            sql.column_settings(t.schema, d.table),
+            sql.column_settings(t.schema, stage),
+            sql.current_user(),
+        ],
+    )
+    statements = [
+        sql.detach_partition(t.schema, t.table, d.table),
+        sql.drop_table(t.schema, d.table),
+        sql.rename_table(t.schema, stage, d.table),
+    ]
+    statements += [
+        sql.rename_constraint(t.schema, d.table, temp, original)
+        for original, temp in constraint_names.items()
+    ]
+    statements += [
+        sql.rename_index(t.schema, index_names[index.name], index.name)
+        for index in d.indexes
+        if index.constraint is None
+    ]
+    if d.owner != user:
+        statements.append(sql.set_owner(t.schema, d.table, d.owner))
     if d.comment is None:  # (its comment held the partition's definition: see route)
-        execute(conn, sql.comment_on("TABLE", sql.qualified(t.schema, d.table), None))
-    swap.restore_properties(conn, d, triggers=False)
-    swap.restore_columns(conn, t.schema, d.table, former)
-    execute(conn, sql.attach_partition(t.schema, t.table, d.table, leaf.bound))
+        statements.append(sql.comment_on("TABLE", sql.qualified(t.schema, d.table), None))
+    statements += swap.property_statements(d, triggers=False)
+    statements += swap.column_statements(t.schema, d.table, built, former)
+    statements.append(sql.attach_partition(t.schema, t.table, d.table, leaf.bound))
     if leaf.constraint:
-        execute(conn, sql.drop_constraint(t.schema, d.table, naming.bound_check(plan.load_id)))
+        statements.append(sql.drop_constraint(t.schema, d.table, naming.bound_check(plan.load_id)))
+    execute(conn, sql.in_one_round_trip(*statements))

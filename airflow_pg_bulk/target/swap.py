@@ -6,6 +6,7 @@ foreign keys); the old table is dropped after the commit, in a transaction of it
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
@@ -36,7 +37,8 @@ def swap_in(
     )
     # under the target's lock: no later load can slip in
     history.refuse_overwriting_newer(conn, plan)
-    now = catalog.capture(conn, schema, table)  # pins search_path for the rest of the swap
+    # (pins search_path for the rest of the swap)
+    now = catalog.capture(conn, schema, table, partitioned=False)
     if now.fingerprint() != t.fingerprint():
         raise LoadRefusedError(
             f"the definition of {t.qualified} changed between prepare and finalize "
@@ -122,15 +124,29 @@ def restore_columns(
     """Give the columns of ``table`` what ``former`` (:func:`airflow_pg_bulk.sql.column_settings`
     of the table it replaces) says they had: defaults (not an identity's or a generated
     column's), statistics targets, storage, ``n_distinct`` options. Staging took its
-    columns from the target (a partition's from the partitioned table) and none of these."""
-    was = {row[0]: row[2:] for row in former}
-    for name, _identity, *now in execute(conn, sql.column_settings(schema, table)):
-        if name not in was or now == list(was[name]):
+    columns from the target (a partition's from the partitioned table) and none of these.
+    One round trip to read them, one to change them (when any differs)."""
+    now = execute(conn, sql.column_settings(schema, table))
+    changes = column_statements(schema, table, now, former)
+    if changes:
+        execute(conn, sql.in_one_round_trip(*changes))
+
+
+def column_statements(
+    schema: str, table: str, now: Sequence[Sequence[Any]], former: Sequence[Sequence[Any]]
+) -> list[sql.Composable]:
+    """The statements :func:`restore_columns` runs: ``now`` and ``former`` are the rows of
+    :func:`airflow_pg_bulk.sql.column_settings` for ``table`` and for the table it replaces
+    (read as the driver gives them, or through JSON: arrays as lists either way)."""
+    was = {row[0]: list(row[2:]) for row in former}
+    statements: list[sql.Composable] = []
+    for name, _identity, *settings in now:
+        if name not in was or list(settings) == was[name]:
             continue
-        generated, default, target, storage, options = now
+        generated, default, target, storage, options = settings
         _, old_default, old_target, old_storage, old_options = was[name]
         if not generated and default != old_default:
-            execute(conn, sql.set_default(schema, table, name, old_default))
+            statements.append(sql.set_default(schema, table, name, old_default))
         kept = {option.split("=", 1)[0] for option in old_options}
         change = sql.set_column(
             schema,
@@ -142,7 +158,8 @@ def restore_columns(
             reset=sorted({option.split("=", 1)[0] for option in options} - kept),
         )
         if change is not None:
-            execute(conn, change)
+            statements.append(change)
+    return statements
 
 
 def _restore_identity(conn: DatabaseConnection, plan: LoadPlan) -> None:
@@ -198,29 +215,36 @@ def restore_properties(
     conn: DatabaseConnection, t: TargetDefinition, *, triggers: bool = True
 ) -> None:
     """After a swap: ``t``'s triggers (unless ``triggers`` is false: a partition's come from
-    its parent), options, grants and comments on the table now named as ``t``."""
+    its parent), options, grants and comments on the table now named as ``t``, in one round
+    trip (:func:`property_statements`)."""
+    execute(conn, sql.in_one_round_trip(*property_statements(t, triggers=triggers)))
+
+
+def property_statements(t: TargetDefinition, *, triggers: bool = True) -> list[sql.Composable]:
+    """The statements of :func:`restore_properties` (never none: autovacuum is reset)."""
     schema, table = t.schema, t.table
+    statements: list[sql.Composable] = []
     for trigger in t.triggers if triggers else ():
-        execute(conn, sql.execute_definition(trigger.definition))
+        statements.append(sql.execute_definition(trigger.definition))
         if trigger.enabled != TriggerState.ORIGIN:
-            execute(conn, sql.set_trigger_state(schema, table, trigger.name, trigger.enabled))
-    execute(conn, sql.reset_autovacuum(schema, table))
+            statements.append(sql.set_trigger_state(schema, table, trigger.name, trigger.enabled))
+    statements.append(sql.reset_autovacuum(schema, table))
     if t.reloptions:
-        execute(conn, sql.set_reloptions(schema, table, t.reloptions))
-    for g in t.grants:
-        execute(
-            conn,
-            sql.grant(
-                schema, table, g.privilege, g.grantee, grantable=g.grantable, column=g.column
-            ),
-        )
+        statements.append(sql.set_reloptions(schema, table, t.reloptions))
+    statements.extend(
+        sql.grant(schema, table, g.privilege, g.grantee, grantable=g.grantable, column=g.column)
+        for g in t.grants
+    )
     if t.comment is not None:
-        execute(conn, sql.comment_on("TABLE", sql.qualified(schema, table), t.comment))
+        statements.append(sql.comment_on("TABLE", sql.qualified(schema, table), t.comment))
     for column, text in t.column_comments.items():
-        execute(conn, sql.comment_on("COLUMN", sql.qualified(schema, table, column), text))
+        statements.append(sql.comment_on("COLUMN", sql.qualified(schema, table, column), text))
     for index in t.indexes:
         if index.comment is not None:
-            execute(conn, sql.comment_on("INDEX", sql.qualified(schema, index.name), index.comment))
+            statements.append(
+                sql.comment_on("INDEX", sql.qualified(schema, index.name), index.comment)
+            )
     for con in t.constraints:
         if con.comment is not None:
-            execute(conn, sql.comment_on_constraint(schema, table, con.name, con.comment))
+            statements.append(sql.comment_on_constraint(schema, table, con.name, con.comment))
+    return statements
