@@ -208,6 +208,16 @@ def execute_each_outside_transaction(
     return _outside_transaction(conn, lambda: execute_each(conn, statements))
 
 
+def read_each(conn: Any, statements: Sequence[pg3sql.Composable]) -> list[list[tuple[Any, ...]]]:
+    """Reads (SELECTs that change nothing): each one's rows, as :func:`execute_each` gives
+    them. With no transaction open, in autocommit: one round trip on psycopg 3, where a
+    transaction of their own takes three (BEGIN, the reads, COMMIT); with one open, in it,
+    and it stays open."""
+    if _idle(conn) and not conn.autocommit:
+        return execute_each_outside_transaction(conn, statements)
+    return execute_each(conn, statements)
+
+
 def _outside_transaction(conn: Any, run: Callable[[], Any]) -> Any:
     if not _idle(conn) or conn.autocommit:
         rows = run()

@@ -19,8 +19,8 @@ from typing import Any
 from airflow_pg_bulk import naming
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
-    execute,
     is_database_error,
+    read_each,
     rollback_quietly,
 )
 from airflow_pg_bulk.plan import LoadPlan
@@ -73,11 +73,11 @@ SUMMED_PARTITIONS = 200
 def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
     """The estimates and staged counts of a routed ``plan`` (see the module's docstring);
     None when they could not be read (the summary then says nothing of the changes: it never
-    fails the load). Leaves its transaction open when they were read: finalize's next step
-    goes on in it and its commit ends it (a transaction of its own cost two round trips); the
-    reads lock no table of the target (the catalog, and the load's own staging partitions:
-    ACCESS SHARE, which a build in the same session does not wait for, and finalize commits
-    before other sessions build)."""
+    fails the load). One round trip, in autocommit when no transaction is open (a
+    partition-wise load's route committed its own), else in the one open, left open
+    (:func:`~airflow_pg_bulk.db.driver.read_each`); the reads lock no table of the target
+    (the catalog, and the load's own staging partitions: ACCESS SHARE, which a build in the
+    same session does not wait for, and finalize commits before other sessions build)."""
     t = plan.target
     leaves = t.partitioning.leaves if t.partitioning else ()
     summed = (
@@ -89,9 +89,12 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
         touched = [(leaf.definition.schema, leaf.definition.table) for leaf in leaves]
         estimates = {}
         every = Others(0, 0, 0, 0)  # all the partitions, the touched ones included
-        for schema, name, estimate, count, holding, unknown in execute(
-            conn, estimates_around(t.oid, touched, every=summed)
-        ):
+        reads = [estimates_around(t.oid, touched, every=summed)]
+        if len(leaves) > 1:
+            names = [naming.staging_partition(plan.load_id, n) for n in range(len(leaves))]
+            reads.append(staged_rows(t.schema, names))
+        found, *counted = read_each(conn, reads)
+        for schema, name, estimate, count, holding, unknown in found:
             if schema is None:
                 every = Others(int(count), int(estimate), int(holding), int(unknown))
             else:
@@ -101,10 +104,7 @@ def read_before(conn: DatabaseConnection, plan: LoadPlan) -> Before | None:
             if summed
             else None
         )
-        staged = None
-        if len(leaves) > 1:
-            names = [naming.staging_partition(plan.load_id, n) for n in range(len(leaves))]
-            staged = {int(n): int(r) for n, r in execute(conn, staged_rows(t.schema, names))}
+        staged = {int(n): int(r) for n, r in counted[0]} if counted else None
     except Exception as exc:
         rollback_quietly(conn)
         if not is_database_error(exc):

@@ -52,7 +52,7 @@ def build_on_staging(
     statistics are of these rows), so that a retried finalize does not analyze it again."""
     t = plan.target
     stage = plan.staging_table
-    step = _steps(conn, commit)
+    step = _Steps(conn, commit)
     index_names, constraint_names = naming.temp_names(plan)
     with clock.phase("indexes"):
         builds = []
@@ -73,7 +73,7 @@ def build_on_staging(
             limits = parallel_builds.read_limits(conn)
         sizing = limits.sizing(at_once, plan.settings.index_workers, alongside)
         workers = sql.set_config("max_parallel_maintenance_workers", str(sizing.workers))
-        step(workers)
+        step(workers, later=True)
         if builds:
             log.info(
                 "Load %s: building %d indexes on %s for %s, %d at once, %d parallel workers "
@@ -102,24 +102,40 @@ def build_on_staging(
     if plan.settings.analyze and not built.get(("analyzed", "")):
         with clock.phase("analyze"):
             step(sql.analyze(t.schema, stage))
+    step.flush()
     return index_names, constraint_names
 
 
-def _steps(
-    conn: DatabaseConnection, commit: Callable[[], None] | None
-) -> Callable[[sql.Composable], list[tuple]]:
+class _Steps:
     """How :func:`build_on_staging` runs a step and ends it (see its ``commit``): with no
     ``commit``, in autocommit (a transaction of its own; in the one open, if any, which it
-    commits); else in the current transaction, then ``commit``. Returns the step's rows."""
+    commits); else in the current transaction, then ``commit``. A step told ``later`` (a
+    setting, a change of staging's catalog alone: nothing another session waits for) is
+    sent with the next one, in its round trip and transaction; :meth:`flush` sends what is
+    left."""
 
-    def step(statement: sql.Composable) -> list[tuple]:
-        if commit is None:
-            return execute_outside_transaction(conn, statement)
-        rows = execute(conn, statement)
-        commit()
-        return rows
+    def __init__(self, conn: DatabaseConnection, commit: Callable[[], None] | None) -> None:
+        self._conn = conn
+        self._commit = commit
+        self._later: list[sql.Composable] = []
 
-    return step
+    def __call__(self, statement: sql.Composable, *, later: bool = False) -> None:
+        if later:
+            self._later.append(statement)
+            return
+        statements, self._later = [*self._later, statement], []
+        together = sql.in_one_round_trip(*statements)
+        if self._commit is None:
+            execute_outside_transaction(self._conn, together)
+            return
+        execute(self._conn, together)
+        self._commit()
+
+    def flush(self) -> None:
+        """Send the steps told ``later`` that no step followed."""
+        if self._later:
+            last = self._later.pop()
+            self(last)
 
 
 def _add_constraint(
@@ -128,16 +144,17 @@ def _add_constraint(
     name: str,
     index_names: dict[str, str],
     built: Existing,
-    step: Callable[[sql.Composable], list[tuple]],
+    step: _Steps,
 ) -> None:
-    """One constraint on staging, each statement a step (see :func:`_steps`)."""
+    """One constraint on staging, each statement a step (see :class:`_Steps`)."""
     t = plan.target
     stage = plan.staging_table
     exists = ("constraint", name) in built
     if con.kind in (ConstraintKind.PRIMARY_KEY, ConstraintKind.UNIQUE):
-        if not exists:
+        if not exists:  # (only staging's catalog changes: sent with the next step)
             step(
-                sql.add_key_using_index(
+                later=True,
+                statement=sql.add_key_using_index(
                     t.schema,
                     stage,
                     name,

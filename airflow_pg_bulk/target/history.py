@@ -178,13 +178,22 @@ def open_visible(conn: DatabaseConnection, plan: LoadPlan) -> None:
     """Open the transaction that makes the load's rows the target's: every statement in it
     waits at most ``lock_timeout``, and it holds the target's advisory lock (one such
     transaction per target at a time). :func:`close_visible` ends it."""
-    execute(
-        conn,
-        sql.in_one_round_trip(
-            sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True),
-            sql.advisory_xact_lock(plan.target.oid),
-        ),
-    )
+    execute(conn, sql.in_one_round_trip(*opening(plan)))
+
+
+def opening(plan: LoadPlan) -> list[sql.Composable]:
+    """The statements of :func:`open_visible`, for a caller that sends them with its next
+    ones (in their round trip: nothing is read in between)."""
+    return [
+        sql.set_config("lock_timeout", plan.settings.lock_timeout, local=True),
+        sql.advisory_xact_lock(plan.target.oid),
+    ]
+
+
+def orders_runs(plan: LoadPlan) -> bool:
+    """Whether :func:`refuse_overwriting_newer` reads anything for this load (a mode ordered
+    by the run's data interval, and a run)."""
+    return plan.mode.ordered_by_run and plan.run is not None
 
 
 def close_visible(
@@ -192,10 +201,15 @@ def close_visible(
     plan: LoadPlan,
     totals: LedgerTotals,
     parts: Sequence[str] | None = None,
+    *,
+    before: Sequence[sql.Composable] = (),
 ) -> None:
     """End the transaction :func:`open_visible` opened: the load noted finalized
-    (:func:`record_finalized`), then COMMIT."""
-    record_finalized(conn, plan, totals.rows, totals.nbytes, totals.rejected, parts, commit=True)
+    (:func:`record_finalized`), then COMMIT. ``before``: the caller's last statements (each
+    one statement; their results are not read), sent first in the same round trip."""
+    record_finalized(
+        conn, plan, totals.rows, totals.nbytes, totals.rejected, parts, commit=True, before=before
+    )
 
 
 @contextmanager
@@ -221,16 +235,20 @@ def record_finalized(
     parts: Sequence[str] | None = None,
     *,
     commit: bool = False,
+    before: Sequence[sql.Composable] = (),
 ) -> None:
     """In the transaction that makes the load visible: note it in the ledger (a retried
     finalize then does nothing) and in the load history (kept after cleanup), with its run,
     data interval and, for ``replace_partitions``, the partitions it swapped (``parts``);
-    ``commit``: and commit, in the same round trip as the history's row."""
+    ``commit``: and commit, in the same round trip as the history's row; ``before``: the
+    caller's statements to run first (each one statement), in the round trip of the ledger's
+    note."""
     t = plan.target
     table = plan.history_table
-    _marked, ((exists,),) = execute_each(
+    *_before, _marked, ((exists,),) = execute_each(
         conn,
         [
+            *before,
             sql.mark_finalized(t.schema, plan.ledger_table, rows, nbytes, rejected),
             sql.relation_exists(*table),
         ],

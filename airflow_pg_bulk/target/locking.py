@@ -52,6 +52,7 @@ def lock_for_swap(
     under_share_update: Callable[[], None] | None = None,
     *,
     only: bool = False,
+    share_update_held: bool = False,
 ) -> int:
     """Hold ACCESS EXCLUSIVE on ``tables`` (the target first) in the current transaction,
     under the session's ``lock_timeout`` in all, without queueing readers for longer than
@@ -61,10 +62,13 @@ def lock_for_swap(
     :param under_share_update: called once SHARE UPDATE EXCLUSIVE is held, before the tries
         (readers go on meanwhile): checks of the definition, which no DDL can change from then
         on.
-    :param only: lock a partitioned table alone, not its partitions (``LOCK TABLE ONLY``)."""
+    :param only: lock a partitioned table alone, not its partitions (``LOCK TABLE ONLY``).
+    :param share_update_held: the caller holds SHARE UPDATE EXCLUSIVE on ``tables`` already
+        (taken in that order), and checked what it needed under it: not taken again."""
     start = time.monotonic()
     budget_ms: int | None = None  # lock_timeout, read when a try fails (not when it is granted)
-    execute(conn, sql.lock_tables(tables, "SHARE UPDATE EXCLUSIVE", only=only))
+    if not share_update_held:
+        execute(conn, sql.lock_tables(tables, "SHARE UPDATE EXCLUSIVE", only=only))
     if under_share_update is not None:
         under_share_update()
     pause = PAUSE_SECONDS[0]

@@ -96,9 +96,10 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_count,
+    execute_each_outside_transaction,
+    execute_outside_transaction,
     execute_then_commit,
     is_database_error,
-    rows_of_each,
     scalar,
     server_error,
     server_version,
@@ -381,27 +382,37 @@ def finalize_partitioned(
         # only what is built reads these: index builds and constraint validations use
         # maintenance_work_mem, the builds' sizing the server's parallel limits; a load
         # in place builds nothing
-        execute(conn, sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem))
-        read = limits if limits is not None else parallel_builds.read_limits(conn)
-        conn.commit()
-        built = {n: partition_builds.build_leaf(conn, plan, n, clock, read) for n in swapped}
+        # (in autocommit, one round trip, when no transaction is open)
+        memory = sql.set_config("maintenance_work_mem", plan.settings.maintenance_work_mem)
+        if limits is None:
+            _set, (row,) = execute_each_outside_transaction(conn, [memory, sql.parallel_limits()])
+            limits = parallel_builds.ParallelLimits(*row)
+        else:
+            execute_outside_transaction(conn, memory)
+        built = {n: partition_builds.build_leaf(conn, plan, n, clock, limits) for n in swapped}
     inserted: dict[int, int] = {}  # partition: rows inserted in place
     with clock.phase("swap"):
-        history.open_visible(conn, plan)
-        # the ordering rule, decided here: the advisory lock serialises this transaction with
-        # every other finalize of the target (an index lookup, before any table lock)
-        history.refuse_overwriting_newer(conn, plan, replaced)
+        # the transaction that makes the rows visible, opened by the first statements sent
+        # (they go with the next round trip's, whichever it is)
+        opening = history.opening(plan)
+        if history.orders_runs(plan):
+            # the ordering rule, decided here: the advisory lock serialises this transaction
+            # with every other finalize of the target (an index lookup, before any table lock)
+            execute(conn, sql.in_one_round_trip(*opening))
+            opening = []
+            history.refuse_overwriting_newer(conn, plan, replaced)
         in_place = [n for n in loaded if n not in built]
         emptied = [leaves[n].schema_and_name for n in in_place] if plan.mode.replaces_rows else []
+        changes: dict[int, list[sql.Composable]] = {}  # a partition swapped: its statements
         if built or plan.mode.whole_target:
             # the checks under SHARE UPDATE EXCLUSIVE on the parent (ONLY: LOCK TABLE on a
             # partitioned table would lock every partition too, one by one, and wait for an
-            # autovacuum on any of them) and on the partitions swapped: no reader waits for it,
-            # it keeps DDL and autovacuum off. Then ACCESS EXCLUSIVE (DETACH needs it), taken
-            # in short tries, on the parent FIRST and then on the partitions swapped or
-            # emptied: a reader locks the parent and then the partitions it reads, so a
-            # partition locked before the parent holds up a reader that holds the parent, and
-            # the parent's lock would never be granted (seen: 30 s of tries, then the load
+            # autovacuum on any of them) and on the partitions swapped or emptied: no reader
+            # waits for it, it keeps DDL and autovacuum off. Then ACCESS EXCLUSIVE (DETACH
+            # needs it), taken in short tries, on the parent FIRST and then on the partitions
+            # swapped or emptied: a reader locks the parent and then the partitions it reads,
+            # so a partition locked before the parent holds up a reader that holds the parent,
+            # and the parent's lock would never be granted (seen: 30 s of tries, then the load
             # failed, with autovacuum working on the partitions)
             swapped = [leaves[n].schema_and_name for n in built]
             parent = sql.lock_tables([(t.schema, t.table)], "SHARE UPDATE EXCLUSIVE", only=True)
@@ -411,25 +422,32 @@ def finalize_partitioned(
                 # of such a partition until deadlock_timeout, 1 s, and readers with it); the
                 # parent's SHARE UPDATE EXCLUSIVE keeps partitions from being attached or
                 # detached meanwhile
-                execute(conn, parent)
+                execute(conn, sql.in_one_round_trip(*opening, parent))
                 others = partition_checks.others_with_rows(conn, plan)
-                if swapped or others:
-                    execute(conn, sql.lock_tables([*swapped, *others], "SHARE UPDATE EXCLUSIVE"))
-            else:  # the parent, then the partitions swapped, in that order: one round trip
+                locked = [*swapped, *emptied, *others]
+                if locked:
+                    execute(conn, sql.lock_tables(locked, "SHARE UPDATE EXCLUSIVE"))
+            else:  # the parent, then the partitions, in that order: one round trip
                 others = []
                 execute(
                     conn,
                     sql.in_one_round_trip(
-                        parent, sql.lock_tables(swapped, "SHARE UPDATE EXCLUSIVE")
+                        *opening,
+                        parent,
+                        sql.lock_tables([*swapped, *emptied], "SHARE UPDATE EXCLUSIVE"),
                     ),
                 )
+            opening = []
             # the parent (its capture pins search_path for the swap) and, in its round trip,
-            # the partitions swapped as the catalog has them now, each captured in full
+            # the partitions swapped as the catalog has them now, each captured in full, and
+            # what their swaps read (which the lock keeps as read)
+            leaf_reads = catalog.leaf_queries(swapped)
+            swap_reads = _swap_reads(plan, list(built))
             now, found = catalog.capture_with(
                 conn,
                 t.schema,
                 t.table,
-                lambda oid, _p: [sql.leaf_partitions(oid, swapped), *catalog.leaf_queries(swapped)],
+                lambda oid, _p: [sql.leaf_partitions(oid, swapped), *leaf_reads, *swap_reads],
                 partitioned=True,
                 with_oids_of=swapped,
             )
@@ -439,11 +457,20 @@ def finalize_partitioned(
                     "(columns, indexes, constraints, grants, owner or comments); nothing was "
                     "swapped. Run the load again"
                 )
+            leaf_rows = found[1 : 1 + len(leaf_reads)]
             partition_checks.refuse_changed_leaves(
-                conn, plan, now, [leaves[n] for n in built], found=found[0], read=found[1:]
+                conn, plan, now, [leaves[n] for n in built], found=found[0], read=leaf_rows
             )
+            ((user,),), *settings = found[1 + len(leaf_reads) :]
+            changes = {
+                n: _swap_statements(plan, n, leaves[n], *names, settings[2 * k : 2 * k + 2], user)
+                for k, (n, names) in enumerate(built.items())
+            }
             locking.lock_for_swap(
-                conn, [(t.schema, t.table), *swapped, *emptied, *others], only=True
+                conn,
+                [(t.schema, t.table), *swapped, *emptied, *others],
+                only=True,
+                share_update_held=True,
             )
         elif emptied:
             # in place alone (the daily reload): the parent is not locked beyond ROW EXCLUSIVE,
@@ -452,21 +479,26 @@ def finalize_partitioned(
             # one emptied by TRUNCATE takes ACCESS EXCLUSIVE on it, and its readers wait
             truncated = [leaves[n].schema_and_name for n in in_place if not leaves[n].replace_key]
             if truncated:
+                execute(conn, sql.in_one_round_trip(*opening))
+                opening = []
                 locking.lock_for_swap(conn, truncated)
         for n in in_place:
             if plan.mode.replaces_rows and leaves[n].replace_key:
-                inserted[n] = _replace_leaf_by_key(conn, plan, n)
+                inserted[n] = _replace_leaf_by_key(conn, plan, n, after=opening)
+                opening = []
                 continue
             # (a replace empties it first, in the same round trip)
             emptying = [sql.truncate(*leaves[n].schema_and_name)] if plan.mode.replaces_rows else []
-            inserted[n] = _insert_leaf(conn, plan, n, after=emptying)
-        for n, names in built.items():
+            inserted[n] = _insert_leaf(conn, plan, n, after=[*opening, *emptying])
+            opening = []
+        swaps: list[sql.Composable] = []  # sent with the load's note in the history
+        for n in built:  # (the transaction is open: built, the checks above opened it)
             if not plan.mode.replaces_rows and scalar(
                 conn, sql.has_rows(t.schema, leaves[n].definition.table)
             ):  # rows came in since finalize looked: append in place after all
                 inserted[n] = _insert_leaf(conn, plan, n)
             else:
-                _swap_leaf(conn, plan, n, leaves[n], *names)
+                swaps += changes[n]
         if plan.mode.whole_target:  # (reads the names of every partition, under the lock)
             mine = {(leaf.definition.schema, leaf.definition.table) for leaf in leaves}
             for leaf_schema, name in execute(conn, sql.leaf_names(t.oid)):
@@ -475,7 +507,7 @@ def finalize_partitioned(
                     conn, sql.has_rows(leaf_schema, name)
                 ):
                     execute(conn, sql.truncate(leaf_schema, name))
-        history.close_visible(conn, plan, totals, replaced)
+        history.close_visible(conn, plan, totals, replaced, before=[*opening, *swaps])
     if inserted:  # each when it pays (a replace's: always)
         statistics.after_partitions_in_place(
             conn,
@@ -522,13 +554,16 @@ def _insert_leaf(
     )
 
 
-def _replace_leaf_by_key(conn: DatabaseConnection, plan: LoadPlan, number: int) -> int:
+def _replace_leaf_by_key(
+    conn: DatabaseConnection, plan: LoadPlan, number: int, after: Sequence[sql.Composable] = ()
+) -> int:
     """Replace a partition's rows in place by its staged ones, matched by its primary key
     (:func:`sql.replace_by_key`: no TRUNCATE, and no foreign-key check of a row that keeps
     its key); returns the rows staged. Two staged rows with a key the partition holds: the
     savepoint taken before is rolled back to, and the partition is emptied and the rows
     inserted as without a key, so that the load fails with the unique violation (and the
-    source line) it always gave."""
+    source line) it always gave. ``after``: statements to run first, in the same round trip
+    (before the savepoint)."""
     t = plan.target
     leaf = t.required_partitioning().leaves[number]
     columns = [c.name for c in t.columns if not c.generated]
@@ -540,7 +575,7 @@ def _replace_leaf_by_key(conn: DatabaseConnection, plan: LoadPlan, number: int) 
         override_identity=staging.overrides_identity(t, columns),
     )
     try:
-        return execute_count(conn, merge, after=[sql.savepoint(_BY_KEY), delete])
+        return execute_count(conn, merge, after=[*after, sql.savepoint(_BY_KEY), delete])
     except Exception as exc:
         if not (is_database_error(exc) and server_error(exc).sqlstate == CARDINALITY_VIOLATION):
             raise
@@ -565,19 +600,39 @@ _BY_KEY = "pgbulk_by_key"
 IN_PLACE_ROWS = 10_000
 
 
-def _swap_leaf(
-    conn: DatabaseConnection,
+def _swap_reads(plan: LoadPlan, numbers: list[int]) -> list[sql.Composable]:
+    """What the swaps of the partitions ``numbers`` read (for :func:`_swap_statements`), in
+    the round trip of the checks under the lock: the session's role, then for each, the
+    settings of the partition's columns and of its new table's."""
+    t = plan.target
+    leaves = t.required_partitioning().leaves
+    return [
+        sql.current_user(),
+        *(
+            query
+            for n in numbers
+            for query in (
+                sql.column_settings(t.schema, leaves[n].definition.table),
+                sql.column_settings(t.schema, naming.staging_partition(plan.load_id, n)),
+            )
+        ),
+    ]
+
+
+def _swap_statements(
     plan: LoadPlan,
     number: int,
     leaf: LeafPartition,
     index_names: dict[str, str],
     constraint_names: dict[str, str],
-) -> None:
-    """In the swap's transaction: the built table takes the place of one partition. Two
-    round trips on psycopg 3: what the partition's and the new table's columns have and
-    the session's role, read together; then the DETACH, DROP, renames, properties, column
-    settings and ATTACH in one query string (each statement its own round trip on
-    psycopg2)."""
+    settings: list[list[tuple]],
+    user: str,
+) -> list[sql.Composable]:
+    """In the swap's transaction: the statements by which the built table takes the place of
+    one partition (DETACH, DROP, renames, its properties, column settings, ATTACH), sent with
+    the load's note in the history (one round trip for all on psycopg 3). ``settings``: the
+    rows of :func:`sql.column_settings` of the partition and of its new table, and ``user``
+    the session's role (:func:`_swap_reads`)."""
     t = plan.target
     d = leaf.definition
     stage = naming.staging_partition(plan.load_id, number)
@@ -585,14 +640,7 @@ def _swap_leaf(
     # defaults, e.g. an identity column's nextval() on the target's sequence, and none of its
     # own statistics targets, storage or options); an identity inherited from the parent
     # (PostgreSQL 17+) comes back with ATTACH
-    former, built, ((user,),) = rows_of_each(
-        conn,
-        [
-            sql.column_settings(t.schema, d.table),
-            sql.column_settings(t.schema, stage),
-            sql.current_user(),
-        ],
-    )
+    former, built = settings
     statements = [
         sql.detach_partition(t.schema, t.table, d.table),
         sql.drop_table(t.schema, d.table),
@@ -616,4 +664,4 @@ def _swap_leaf(
     statements.append(sql.attach_partition(t.schema, t.table, d.table, leaf.bound))
     if leaf.constraint:
         statements.append(sql.drop_constraint(t.schema, d.table, naming.bound_check(plan.load_id)))
-    execute(conn, sql.in_one_round_trip(*statements))
+    return statements

@@ -11,7 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from airflow_pg_bulk import sql
-from airflow_pg_bulk.db.driver import DatabaseConnection, execute, rollback_quietly, scalar
+from airflow_pg_bulk.db.driver import (
+    DatabaseConnection,
+    execute,
+    execute_outside_transaction,
+    rollback_quietly,
+    scalar,
+)
 from airflow_pg_bulk.errors import IncompleteLoadError
 from airflow_pg_bulk.plan import LoadPlan, TargetDefinition
 from airflow_pg_bulk.plan.codes import Identity
@@ -69,9 +75,10 @@ def create_columns(conn: DatabaseConnection, plan: LoadPlan) -> None:
 def existing_objects(conn: DatabaseConnection, plan: LoadPlan) -> Existing:
     """What ``plan.staging_table`` has already (its indexes, constraints, persistence), each
     with its state (an index: valid; a constraint: validated): what an earlier attempt built
-    and a retry skips. Committed."""
-    rows = execute(conn, sql.staging_state(plan.target.schema, plan.staging_table))
-    conn.commit()
+    and a retry skips. Committed (in autocommit, one round trip, when no transaction is open)."""
+    rows = execute_outside_transaction(
+        conn, sql.staging_state(plan.target.schema, plan.staging_table)
+    )
     return {(kind, name): flag for kind, name, flag in rows}
 
 
