@@ -23,6 +23,7 @@ from airflow_pg_bulk.db.driver import (
     execute_outside_transaction,
     execute_then_commit,
     is_database_error,
+    read_each,
     rollback_quietly,
     server_error,
 )
@@ -156,6 +157,32 @@ def test_execute_outside_transaction_keeps_a_session_setting_and_autocommit_off(
     finally:
         conn.close()
     assert (_exists(db, "t"), _exists(db, "u")) == (False, True)
+
+
+def test_read_each_reads_in_autocommit_when_idle_and_in_the_open_transaction_otherwise(
+    db: Database, connect: Callable[[], Any]
+) -> None:
+    """Idle: the reads run in autocommit and leave the connection idle and transactional (no
+    BEGIN or COMMIT sent); in a transaction: they run in it, and it stays open with what it
+    did before (a row its reads see, not committed)."""
+    conn = connect()
+    table = db.ident("t")
+    try:
+        execute(conn, sql.SQL("CREATE TABLE {} (a int)").format(table))
+        conn.commit()
+        got = read_each(
+            conn,
+            [sql.SQL("SELECT count(*) FROM {}").format(table), sql.SQL("SELECT 2 WHERE false")],
+        )
+        assert got == [[(0,)], []]
+        assert not conn.autocommit and not _in_transaction(conn)
+        execute(conn, sql.SQL("INSERT INTO {} VALUES (1)").format(table))
+        (((seen,),),) = read_each(conn, [sql.SQL("SELECT count(*) FROM {}").format(table)])
+        assert seen == 1 and _in_transaction(conn)
+        conn.rollback()
+        assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(table)) == 0
+    finally:
+        conn.close()
 
 
 def test_execute_each_outside_transaction_returns_each_result_and_a_failure_stops_the_rest(
