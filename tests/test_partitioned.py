@@ -1007,3 +1007,35 @@ def test_a_partition_changed_between_its_capture_and_the_swap_is_refused(
         " ON n.oid = c.connamespace WHERE n.nspname = %s AND c.conname = 'readings_p1_id_ok'",
     }[change]
     assert db.scalar(kept, db.schema) == 1
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+def test_a_run_ordered_load_empties_an_unkeyed_partition_on_either_driver(
+    db, pg_dsn, tmp_path, driver
+):
+    """A load of an Airflow run (the ordering rule reads the history first, under the
+    transaction's advisory lock) into a partition without a primary key: emptied and its rows
+    inserted, on both drivers (the transaction's opening is sent once, and not again empty)."""
+    from airflow_pg_bulk.plan import RunOrder
+
+    _unkeyed_target(db)
+    path = write_csv(tmp_path / "jan.csv", [(7, "2024-01-09", 70), (8, "2024-01-10", 80)])
+    request = LoadRequest(
+        mode="replace_partitions", table=db.table("plain_readings"), source=(str(path),)
+    )
+    run = RunOrder("dag.load.prepare", "scheduled__2024-01-09", "2024-01-09", "2024-01-10")
+    conn = connect_driver(pg_dsn, driver)
+    try:
+        plan = steps.prepare(conn, request, "e1b2c3d4e5f6", run=run)
+        for part in plan.partitions:
+            steps.copy_partition(conn, plan, part.index)
+        summary = steps.finalize(conn, plan)
+        steps.cleanup(conn, db.schema, plan.load_id)
+    finally:
+        conn.close()
+    assert summary.rows == 2
+    rows = db.run(
+        psql.SQL("SELECT id, day::text, v FROM {} ORDER BY id").format(db.ident("plain_readings"))
+    )
+    assert rows == [(3, "2024-02-01", 3), (7, "2024-01-09", 70), (8, "2024-01-10", 80)]
+    assert leftovers(db) == []

@@ -120,22 +120,20 @@ class _Steps:
         self._later: list[sql.Composable] = []
 
     def __call__(self, statement: sql.Composable, *, later: bool = False) -> None:
-        if later:
-            self._later.append(statement)
+        self._later.append(statement)
+        if not later:
+            self.flush()
+
+    def flush(self) -> None:
+        """Send what is waiting, as one step."""
+        if not self._later:
             return
-        statements, self._later = [*self._later, statement], []
-        together = sql.in_one_round_trip(*statements)
+        together, self._later = sql.in_one_round_trip(*self._later), []
         if self._commit is None:
             execute_outside_transaction(self._conn, together)
             return
         execute(self._conn, together)
         self._commit()
-
-    def flush(self) -> None:
-        """Send the steps told ``later`` that no step followed."""
-        if self._later:
-            last = self._later.pop()
-            self(last)
 
 
 def _add_constraint(

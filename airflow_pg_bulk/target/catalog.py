@@ -85,27 +85,17 @@ def capture_with(
         ``sql.remembered_oid(1)``, ``(2)``... (a transaction must be open on psycopg2)."""
     if as_partition:
         partitioned = False
-    remember = [sql.remember_oids([(schema, table), *with_oids_of])]
     if partitioned is not None and not is_psycopg2(conn):
         ref = sql.remembered_oid(0)
         queries = _queries(ref, partitioned)
         extra = list(also(ref, partitioned)) if also is not None else []
-        _pinned, rows, _kept, ((text,),) = execute_each(
-            conn,
-            [
-                sql.pin_search_path(),
-                sql.find_table(schema, table),
-                *remember,
-                sql.rows_of_each([*queries, *extra]),
-            ],
-        )
+        rows, found = _find_and_read(conn, [(schema, table), *with_oids_of], [*queries, *extra])
         if rows and _is_partitioned(rows[0], as_partition) == partitioned:
-            found = json_rows(text)
             definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
             return definition, found[len(queries) :]
+    remember = [sql.remember_oids([(schema, table), *with_oids_of])] if with_oids_of else []
     _pinned, rows, *_kept = execute_each(
-        conn,
-        [sql.pin_search_path(), sql.find_table(schema, table), *(remember if with_oids_of else [])],
+        conn, [sql.pin_search_path(), sql.find_table(schema, table), *remember]
     )
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
@@ -117,6 +107,25 @@ def capture_with(
     found = rows_of_each(conn, [*queries, *extra])
     definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
     return definition, found[len(queries) :]
+
+
+def _find_and_read(
+    conn: DatabaseConnection, tables: Sequence[tuple[str, str]], queries: list[Composable]
+) -> tuple[list[tuple], list[list[tuple]]]:
+    """One statement string, under search_path pinned: the first of ``tables`` found
+    (its row of ``sql.find_table``: none when it does not exist), the oids of all of them
+    kept (``sql.remembered_oid(n)``), and ``queries``, which may read them: the table's row
+    and each query's rows."""
+    _pinned, rows, _kept, ((text,),) = execute_each(
+        conn,
+        [
+            sql.pin_search_path(),
+            sql.find_table(*tables[0]),
+            sql.remember_oids(tables),
+            sql.rows_of_each(queries),
+        ],
+    )
+    return rows, json_rows(text)
 
 
 def _is_partitioned(row: tuple, as_partition: bool) -> bool:
@@ -314,7 +323,7 @@ def capture_leaves(
         raise ValueError(f"{target.qualified} is not partitioned")
     leaves = []
     if found is not None and read is not None and names is not None:
-        per = len(read) // len(names) if names else 0
+        per = 1 + len(_queries(0, partitioned=False))  # each one's rows of leaf_queries
         at = {leaf: n * per for n, leaf in enumerate(names)}
         for leaf_schema, name, relkind, bound, constraint in found:
             _refuse_odd_leaf(target, leaf_schema, name, relkind)
@@ -364,16 +373,8 @@ def _capture_leaf(
     one round trip on psycopg 3 (its row of ``sql.leaf_partitions`` read with its
     definition; in a transaction); None when it is no partition of ``target`` (any more)."""
     queries = _queries(sql.remembered_oid(0), partitioned=False)
-    _pinned, rows, _kept, ((text,),) = execute_each(
-        conn,
-        [
-            sql.pin_search_path(),
-            sql.find_table(leaf_schema, name),
-            sql.remember_oids([(leaf_schema, name)]),
-            sql.rows_of_each([*queries, sql.leaf_partitions(target.oid, [(leaf_schema, name)])]),
-        ],
-    )
-    *found, partition_rows = json_rows(text)
+    bound = sql.leaf_partitions(target.oid, [(leaf_schema, name)])
+    rows, (*found, partition_rows) = _find_and_read(conn, [(leaf_schema, name)], [*queries, bound])
     if not partition_rows or not rows:
         return None
     ((_schema, _name, relkind, bound, constraint),) = partition_rows

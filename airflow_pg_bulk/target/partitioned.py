@@ -392,14 +392,20 @@ def finalize_partitioned(
         built = {n: partition_builds.build_leaf(conn, plan, n, clock, limits) for n in swapped}
     inserted: dict[int, int] = {}  # partition: rows inserted in place
     with clock.phase("swap"):
-        # the transaction that makes the rows visible, opened by the first statements sent
-        # (they go with the next round trip's, whichever it is)
+        # the transaction that makes the rows visible, opened by its first statements, which
+        # go with the next round trip's, whichever it is
         opening = history.opening(plan)
+
+        def opened(*statements: sql.Composable) -> list[sql.Composable]:
+            """The opening, unless sent already, then ``statements``."""
+            first = [*opening, *statements]
+            opening.clear()
+            return first
+
         if history.orders_runs(plan):
             # the ordering rule, decided here: the advisory lock serialises this transaction
             # with every other finalize of the target (an index lookup, before any table lock)
-            execute(conn, sql.in_one_round_trip(*opening))
-            opening = []
+            execute(conn, sql.in_one_round_trip(*opened()))
             history.refuse_overwriting_newer(conn, plan, replaced)
         in_place = [n for n in loaded if n not in built]
         emptied = [leaves[n].schema_and_name for n in in_place] if plan.mode.replaces_rows else []
@@ -422,7 +428,7 @@ def finalize_partitioned(
                 # of such a partition until deadlock_timeout, 1 s, and readers with it); the
                 # parent's SHARE UPDATE EXCLUSIVE keeps partitions from being attached or
                 # detached meanwhile
-                execute(conn, sql.in_one_round_trip(*opening, parent))
+                execute(conn, sql.in_one_round_trip(*opened(parent)))
                 others = partition_checks.others_with_rows(conn, plan)
                 locked = [*swapped, *emptied, *others]
                 if locked:
@@ -432,12 +438,11 @@ def finalize_partitioned(
                 execute(
                     conn,
                     sql.in_one_round_trip(
-                        *opening,
-                        parent,
-                        sql.lock_tables([*swapped, *emptied], "SHARE UPDATE EXCLUSIVE"),
+                        *opened(
+                            parent, sql.lock_tables([*swapped, *emptied], "SHARE UPDATE EXCLUSIVE")
+                        )
                     ),
                 )
-            opening = []
             # the parent (its capture pins search_path for the swap) and, in its round trip,
             # the partitions swapped as the catalog has them now, each captured in full, and
             # what their swaps read (which the lock keeps as read)
@@ -479,18 +484,16 @@ def finalize_partitioned(
             # one emptied by TRUNCATE takes ACCESS EXCLUSIVE on it, and its readers wait
             truncated = [leaves[n].schema_and_name for n in in_place if not leaves[n].replace_key]
             if truncated:
-                execute(conn, sql.in_one_round_trip(*opening))
-                opening = []
+                if opening:
+                    execute(conn, sql.in_one_round_trip(*opened()))
                 locking.lock_for_swap(conn, truncated)
         for n in in_place:
             if plan.mode.replaces_rows and leaves[n].replace_key:
-                inserted[n] = _replace_leaf_by_key(conn, plan, n, after=opening)
-                opening = []
+                inserted[n] = _replace_leaf_by_key(conn, plan, n, after=opened())
                 continue
             # (a replace empties it first, in the same round trip)
             emptying = [sql.truncate(*leaves[n].schema_and_name)] if plan.mode.replaces_rows else []
-            inserted[n] = _insert_leaf(conn, plan, n, after=[*opening, *emptying])
-            opening = []
+            inserted[n] = _insert_leaf(conn, plan, n, after=opened(*emptying))
         swaps: list[sql.Composable] = []  # sent with the load's note in the history
         for n in built:  # (the transaction is open: built, the checks above opened it)
             if not plan.mode.replaces_rows and scalar(
@@ -507,7 +510,7 @@ def finalize_partitioned(
                     conn, sql.has_rows(leaf_schema, name)
                 ):
                     execute(conn, sql.truncate(leaf_schema, name))
-        history.close_visible(conn, plan, totals, replaced, before=[*opening, *swaps])
+        history.close_visible(conn, plan, totals, replaced, before=opened(*swaps))
     if inserted:  # each when it pays (a replace's: always)
         statistics.after_partitions_in_place(
             conn,
