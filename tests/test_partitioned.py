@@ -7,6 +7,7 @@ multi-level target is refused."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import logging
@@ -491,9 +492,69 @@ def test_the_partitioning_strategy_is_captured_as_a_value(db, pg_dsn, kind, stra
         conn.close()
     assert parts is not None
     assert (parts.key, parts.strategy) == (KINDS[kind][0], strategy)
+    # the key's column and type, kept for finalize's route (which reads them no more)
+    column = {"range": ("day", "date"), "list": ("region", "text"), "hash": ("id", "integer")}
+    assert parts.columns == (column[kind],)
     assert parts.strategy.takes_default is (strategy is not PartitionStrategy.HASH)
     again = Partitioning.from_dict(json.loads(json.dumps(parts.to_dict())))
     assert again == parts and again.strategy is strategy
+
+
+@pytest.mark.parametrize("driver", ["psycopg", "psycopg2"])
+def test_a_key_with_an_expression_is_captured_part_by_part_and_its_rows_still_routed(
+    db, pg_dsn, tmp_path, driver
+):
+    """A key of an expression and a column: prepare keeps its parts in order, the
+    expression's as (None, None); finalize then routes the rows by the partitions' bounds as
+    it must for an expression (every partition a candidate), and a plan made before the parts
+    were kept (none in it) reads them at finalize, as it did. The rows land where plain SQL
+    puts them, on either driver."""
+    db.run(
+        psql.SQL(
+            "CREATE TABLE {} (id integer NOT NULL, region text NOT NULL, day date NOT NULL,"
+            " v integer) PARTITION BY LIST (lower(region))"
+        ).format(db.ident("by_expr"))
+    )
+    for n, region in enumerate("ns"):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} FOR VALUES IN ({})").format(
+                db.ident(f"by_expr_{n}"), db.ident("by_expr"), psql.Literal(region)
+            )
+        )
+    rows = [[i, "N" if i % 2 else "s", f"2024-01-{i:02d}", i * 10] for i in range(1, 21)]
+    path = write_csv(tmp_path / "load.csv", rows)
+    conn = connect_driver(pg_dsn, driver)
+    try:
+        parts = catalog.capture(conn, db.schema, "by_expr").partitioning
+        conn.rollback()
+        assert parts is not None and parts.columns == ((None, None),)
+        for kept in (True, False):
+            request = LoadRequest(
+                mode="replace_partitions", table=db.table("by_expr"), source=(str(path),)
+            )
+            plan = steps.prepare(conn, request, f"e{int(kept)}b2c3d4e5f6")
+            if not kept:  # a plan from before: no parts in it
+                key = dataclasses.replace(plan.target.required_partitioning(), columns=())
+                plan = dataclasses.replace(
+                    plan, target=dataclasses.replace(plan.target, partitioning=key)
+                )
+            for part in plan.partitions:
+                steps.copy_partition(conn, plan, part.index)
+            summary = steps.finalize(conn, plan)
+            steps.cleanup(conn, db.schema, plan.load_id)
+            assert summary.rows == 20
+            by_leaf = db.run(
+                psql.SQL(
+                    "SELECT tableoid::regclass::text, count(*) FROM {} GROUP BY 1 ORDER BY 1"
+                ).format(db.ident("by_expr"))
+            )
+            assert [(name.split(".")[-1], n) for name, n in by_leaf] == [
+                ("by_expr_0", 10),
+                ("by_expr_1", 10),
+            ]
+    finally:
+        conn.close()
+    assert leftovers(db) == []
 
 
 def test_multi_level_and_plain_targets_are_refused(db, pg_dsn, tmp_path):

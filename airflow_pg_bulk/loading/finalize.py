@@ -75,7 +75,7 @@ def finalize(
             )
         else:
             strategy = strategies.for_plan(plan)
-            described = strategy.route(conn, plan, clock, rows)
+            described = strategy.route(conn, plan, clock, totals)
             before = changes.read_before(conn, described)
             merged = strategy.make_visible(conn, described, clock, totals, sessions)
         if not totals.finalized:  # after the commit, off the critical path; never fails the load

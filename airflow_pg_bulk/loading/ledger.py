@@ -22,10 +22,18 @@ from airflow_pg_bulk.db.driver import (
     execute_each,
     execute_each_outside_transaction,
     execute_then_commit,
+    is_database_error,
     rollback_quietly,
+    rows_of_each,
     scalar,
+    server_error,
 )
-from airflow_pg_bulk.errors import BadDataError, IncompleteLoadError, LoadRefusedError
+from airflow_pg_bulk.errors import (
+    UNDEFINED_TABLE,
+    BadDataError,
+    IncompleteLoadError,
+    LoadRefusedError,
+)
 from airflow_pg_bulk.plan import LoadPlan, Partition, Piece, planning
 from airflow_pg_bulk.target import partitioned
 from airflow_pg_bulk.target.history import LedgerTotals
@@ -227,6 +235,12 @@ def check_ledger_plan(
         settings; their rows are not read)."""
     t = plan.target
     *_, ((found,),) = execute_each(conn, [*after, sql.ledger_digest(t.schema, plan.ledger_table)])
+    _refuse_another_plan(plan, found)
+
+
+def _refuse_another_plan(plan: LoadPlan, found: str | None) -> None:
+    """:func:`check_ledger_plan`'s verdict on the digest ``found`` in the ledger's comment."""
+    t = plan.target
     if found == (plan.digest or planning.plan_digest(plan)):
         return
     if found is None:
@@ -255,10 +269,26 @@ def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
     """Rows, bytes and rejects of the committed partitions, and whether the load was made
     visible before (a retry after a commit whose acknowledgement was lost). Leaves its
     transaction open (its reads take ACCESS SHARE on the ledger and staging only): finalize's
-    next step goes on in it, and a COMMIT and a BEGIN are two round trips saved."""
+    next step goes on in it, and a COMMIT and a BEGIN are two round trips saved. The ledger's
+    digest (:func:`check_ledger_plan`), its rows and whether staging exists are read in one
+    round trip."""
     t = plan.target
-    check_ledger_plan(conn, plan)
-    ledger = execute(conn, sql.ledger_rows(t.schema, plan.ledger_table))
+    try:
+        ((found,),), ledger, ((staged,),) = rows_of_each(
+            conn,
+            [
+                sql.ledger_digest(t.schema, plan.ledger_table),
+                sql.ledger_rows(t.schema, plan.ledger_table),
+                sql.relation_exists(t.schema, plan.staging_table),
+            ],
+        )
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == UNDEFINED_TABLE):
+            raise
+        rollback_quietly(conn)  # no ledger: told as check_ledger_plan tells it
+        check_ledger_plan(conn, plan)
+        raise
+    _refuse_another_plan(plan, found)
     for row in ledger:
         if row[0] == sql.FINALIZED:
             conn.commit()
@@ -289,7 +319,7 @@ def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
                 f"although the ledger records {rows} rows: a server crash emptied it. "
                 "Nothing reached the target; run the load again"
             )
-    return LedgerTotals(rows, nbytes, rejected)
+    return LedgerTotals(rows, nbytes, rejected, staging_exists=bool(staged))
 
 
 def copy_span(

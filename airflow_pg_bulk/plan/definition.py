@@ -175,13 +175,16 @@ class Partitioning(PlainData):
     (``pg_partitioned_table.partstrat``, what the load decides on; the key's text is only
     rendered into SQL) and leaves, and what the partition-wise finalize cannot carry over,
     in words; ``count``: how many partitions it had when prepare captured it (0: not
-    counted)."""
+    counted); ``columns``: the key's parts in order, each a column's (name, type as
+    ``format_type`` gives it), or (None, None) for an expression (empty: not captured, as
+    in a plan made before it was)."""
 
     key: str
     strategy: PartitionStrategy
     leaves: tuple[LeafPartition, ...] = ()
     unsupported: tuple[str, ...] = ()
     count: int = 0
+    columns: tuple[tuple[str | None, ...], ...] = ()
 
     def __post_init__(self) -> None:
         # a plain str from to_dict / XCom

@@ -301,8 +301,8 @@ def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -
             f"table partition {leaf_schema}.{name} of {schema}.{table} is not a plain table "
             "(a foreign table?); only plain tables are supported as table partitions"
         )
-    (text, strategy), *_ = key
-    return Partitioning(text, strategy)
+    (text, strategy, columns), *_ = key
+    return Partitioning(text, strategy, columns=tuple(tuple(c) for c in columns))
 
 
 def capture_leaves(
@@ -463,8 +463,11 @@ def _staged_key(
     conn: DatabaseConnection, target: TargetDefinition, staged: Sequence[str]
 ) -> list[tuple[str, str]] | None:
     """The partition key's (column, type), or None when it has an expression or a column
-    that is not staged."""
-    key = execute(conn, sql.partition_key_columns(target.oid))
+    that is not staged: as prepare captured it (a plan made before it did: read now)."""
+    parts = target.partitioning
+    key = list(parts.columns) if parts is not None and parts.columns else []
+    if not key:
+        key = execute(conn, sql.partition_key_columns(target.oid))
     if not key or any(name is None or name not in staged for name, _type in key):
         return None
     return [(name, type_) for name, type_ in key]

@@ -166,12 +166,14 @@ def ensure(
 class LedgerTotals:
     """What the ledger's committed partitions add up to (what the history row records), and
     whether the ledger says the load was made visible before (a retry after a commit whose
-    acknowledgement was lost)."""
+    acknowledgement was lost); ``staging_exists``: whether the staging table existed when
+    they were read (None: not read)."""
 
     rows: int
     nbytes: int
     rejected: int
     finalized: bool = False
+    staging_exists: bool | None = None
 
 
 def open_visible(conn: DatabaseConnection, plan: LoadPlan) -> None:

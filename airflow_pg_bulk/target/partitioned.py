@@ -172,16 +172,23 @@ def create_staging(conn: DatabaseConnection, plan: LoadPlan) -> None:
     layout.prepare(conn, plan)
 
 
-def route(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
+def route(
+    conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, totals: LedgerTotals
+) -> LoadPlan:
     """finalize's first step (see the module's docstring): the staged rows in one new table
     per partition of the target they go to, ``staging_partition(load_id, n)``, by the
     staging's layout (:meth:`~airflow_pg_bulk.target.partition_staging.Layout.move_rows`),
     each partition captured; returns the plan with those partitions as the target's leaves
     (in the order of ``n``). One transaction, committed; a retried finalize finds it done
-    (the staging table is gone) and reads the partitions back from their tables' comments."""
+    (the staging table is gone: as ``totals`` found it, when they looked) and reads the
+    partitions back from their tables' comments."""
     t = plan.target
+    rows = totals.rows
     with clock.phase("route"):
-        if not scalar(conn, sql.relation_exists(t.schema, plan.staging_table)):
+        staged = totals.staging_exists
+        if staged is None:
+            staged = scalar(conn, sql.relation_exists(t.schema, plan.staging_table))
+        if not staged:
             routed = _routed_before(conn, plan)
             conn.commit()
             return routed
@@ -390,7 +397,9 @@ def finalize_partitioned(
         else:
             execute_outside_transaction(conn, memory)
         built = {n: partition_builds.build_leaf(conn, plan, n, clock, limits) for n in swapped}
-    inserted: dict[int, int] = {}  # partition: rows inserted in place
+    # partition: rows inserted in place (None: replaced by key, not counted; a replace's
+    # statistics do not need them)
+    inserted: dict[int, int | None] = {}
     with clock.phase("swap"):
         # the transaction that makes the rows visible, opened by its first statements, which
         # go with the next round trip's, whichever it is
@@ -559,26 +568,29 @@ def _insert_leaf(
 
 def _replace_leaf_by_key(
     conn: DatabaseConnection, plan: LoadPlan, number: int, after: Sequence[sql.Composable] = ()
-) -> int:
+) -> int | None:
     """Replace a partition's rows in place by its staged ones, matched by its primary key
     (:func:`sql.replace_by_key`: no TRUNCATE, and no foreign-key check of a row that keeps
-    its key); returns the rows staged. Two staged rows with a key the partition holds: the
-    savepoint taken before is rolled back to, and the partition is emptied and the rows
-    inserted as without a key, so that the load fails with the unique violation (and the
-    source line) it always gave. ``after``: statements to run first, in the same round trip
-    (before the savepoint)."""
+    its key); returns None (the rows are not counted: from PostgreSQL 17 one MERGE also
+    deletes), or the rows inserted when it falls back to inserting. Two staged rows with a
+    key the partition holds: the savepoint taken before is rolled back to, and the partition
+    is emptied and the rows inserted as without a key, so that the load fails with the
+    unique violation (and the source line) it always gave. ``after``: statements to run
+    first, in the same round trip (before the savepoint)."""
     t = plan.target
     leaf = t.required_partitioning().leaves[number]
     columns = [c.name for c in t.columns if not c.generated]
-    delete, merge = sql.replace_by_key(
+    *first, merge = sql.replace_by_key(
         leaf.schema_and_name,
         (t.schema, naming.staging_partition(plan.load_id, number)),
         columns,
         leaf.replace_key,
         override_identity=staging.overrides_identity(t, columns),
+        server_version=server_version(conn),
     )
     try:
-        return execute_count(conn, merge, after=[*after, sql.savepoint(_BY_KEY), delete])
+        execute_count(conn, merge, after=[*after, sql.savepoint(_BY_KEY), *first])
+        return None
     except Exception as exc:
         if not (is_database_error(exc) and server_error(exc).sqlstate == CARDINALITY_VIOLATION):
             raise

@@ -22,7 +22,9 @@ from airflow_pg_bulk.target.history import LedgerTotals
 Merged = tuple[int, int]
 
 
-def as_planned(conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, rows: int) -> LoadPlan:
+def as_planned(
+    conn: DatabaseConnection, plan: LoadPlan, clock: PhaseClock, totals: LedgerTotals
+) -> LoadPlan:
     """The route of every strategy but the partition-wise one: the plan as it is."""
     return plan
 
@@ -33,8 +35,9 @@ class Strategy:
 
     :param name: for logs and errors.
     :param create_staging: prepare's staging table (or tables) for the plan.
-    :param route: finalize's first step, returning the plan finalize goes on with (and tells
-        errors with): a partitioned target's rows routed to its partitions.
+    :param route: finalize's first step, given what the ledger adds up to, returning the plan
+        finalize goes on with (and tells errors with): a partitioned target's rows routed to
+        its partitions.
     :param make_visible: the rest of finalize, the load noted finalized in the transaction
         that makes its rows visible; returns an upsert's :data:`Merged`, else None.
     """
@@ -44,7 +47,7 @@ class Strategy:
     make_visible: Callable[
         [DatabaseConnection, LoadPlan, PhaseClock, LedgerTotals, Sessions | None], Merged | None
     ]
-    route: Callable[[DatabaseConnection, LoadPlan, PhaseClock, int], LoadPlan] = as_planned
+    route: Callable[[DatabaseConnection, LoadPlan, PhaseClock, LedgerTotals], LoadPlan] = as_planned
 
 
 PARTITIONED = Strategy(

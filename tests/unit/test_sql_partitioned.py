@@ -105,10 +105,10 @@ def test_messages_name_the_target_partitions_not_the_staging_ones() -> None:
 
 
 def test_the_partition_key_is_read_with_its_strategy() -> None:
-    assert text(sql.partition_key(42)) == (
-        "SELECT pg_get_partkeydef(partrelid), partstrat::text FROM pg_partitioned_table"
-        " WHERE partrelid = 42"
+    assert text(sql.partition_key(42)).startswith(
+        "SELECT pg_get_partkeydef(p.partrelid), p.partstrat::text,"
     )
+    assert text(sql.partition_key(42)).endswith("WHERE p.partrelid = 42")
     assert [s.takes_default for s in PartitionStrategy] == [True, True, False]
     assert Partitioning.from_dict({"key": "HASH (id)", "strategy": "h"}).strategy is (
         PartitionStrategy.HASH
