@@ -24,6 +24,7 @@ from airflow_pg_bulk.db.driver import (
     execute_then_commit,
     is_database_error,
     read_each,
+    read_prepared,
     rollback_quietly,
     server_error,
 )
@@ -31,8 +32,8 @@ from airflow_pg_bulk.db.driver import (
 #: the in-process daily reload's round trips (see the last test), session set-ups included:
 #: its day loaded in place, or built beside the target and swapped in
 ROUND_TRIPS_OF_A_DAILY_RELOAD = {
-    "in_place": {"prepare": 10, "copy": 6, "finalize": 17, "cleanup": 4},
-    "swap": {"prepare": 10, "copy": 6, "finalize": 24, "cleanup": 4},
+    "in_place": {"prepare": 7, "copy": 6, "finalize": 17, "cleanup": 4},
+    "swap": {"prepare": 7, "copy": 6, "finalize": 25, "cleanup": 4},
 }
 
 
@@ -185,6 +186,45 @@ def test_read_each_reads_in_autocommit_when_idle_and_in_the_open_transaction_oth
         conn.close()
 
 
+def test_read_prepared_plans_once_per_session_and_survives_a_session_that_lost_it(
+    db: Database, connect: Callable[[], Any]
+) -> None:
+    """The statement is prepared the first time (its plan kept: pg_prepared_statements has
+    it), then executed; ``before`` runs first and its rows come back. A session that lost it
+    (DEALLOCATE ALL) or had it before this connection knew (another prepared it under the
+    name) still gets the rows, in the same open transaction, which keeps what it did."""
+    conn = connect()
+    table = db.ident("t")
+    query = sql.SQL("SELECT count(*), current_setting('pgbulk.test') FROM {}").format(table)
+    name = "pgbulk_test_count"
+    prepared = sql.SQL("SELECT count(*) FROM pg_prepared_statements WHERE name = {}").format(
+        sql.Literal(name)
+    )
+    choose = [sql.SQL("SELECT set_config('pgbulk.test', 'x', true)")]
+    try:
+        execute(conn, sql.SQL("CREATE TABLE {} (a int)").format(table))
+        conn.commit()
+        execute(conn, sql.SQL("INSERT INTO {} VALUES (1)").format(table))
+        assert read_prepared(conn, name, query, before=choose) == [[("x",)], [(1, "x")]]
+        assert execute(conn, prepared) == [(1,)]
+        execute(conn, sql.SQL("INSERT INTO {} VALUES (2)").format(table))
+        assert read_prepared(conn, name, query, before=choose)[-1] == [(2, "x")]
+        execute(conn, sql.SQL("DEALLOCATE ALL"))  # lost: prepared again
+        assert read_prepared(conn, name, query, before=choose)[-1] == [(2, "x")]
+        assert execute(conn, prepared) == [(1,)] and _in_transaction(conn)
+        conn.rollback()
+        other = connect()  # a session that has the name this connection does not know
+        try:
+            execute(other, sql.SQL("PREPARE {} AS {}").format(sql.Identifier(name), query))
+            assert read_prepared(other, name, query, before=choose)[-1] == [(0, "x")]
+            other.rollback()
+        finally:
+            other.close()
+    finally:
+        conn.close()
+    assert db.scalar(sql.SQL("SELECT count(*) FROM {}").format(table)) == 0
+
+
 def test_execute_each_outside_transaction_returns_each_result_and_a_failure_stops_the_rest(
     db: Database, connect: Callable[[], Any]
 ) -> None:
@@ -235,7 +275,8 @@ def test_a_daily_reload_makes_its_round_trips_only(
     log counted 92 before they were cut (prepare 27, COPY 13, finalize 42, cleanup 10); the
     swap's finalize made 53 on the wire before its checks, reads and DDL were sent together
     (27 since; 24 since the ledger's reads go in one round trip with staging's and the
-    partition key is the one prepare captured)."""
+    partition key is the one prepare captured; 25 since each swapped partition is read
+    again under the lock by a prepared statement of its own)."""
     import csv
 
     import psycopg

@@ -24,8 +24,16 @@ import psycopg
 from psycopg import sql as pg3sql
 from psycopg.adapt import Dumper
 
-from airflow_pg_bulk.errors import QUERY_CANCELED, LoadRefusedError, TransientLoadError
+from airflow_pg_bulk.errors import (
+    DUPLICATE_PREPARED_STATEMENT,
+    INVALID_SQL_STATEMENT_NAME,
+    QUERY_CANCELED,
+    LoadRefusedError,
+    TransientLoadError,
+)
 from airflow_pg_bulk.sql.catalog import rows_of_each as one_query_for_each
+from airflow_pg_bulk.sql.ledger import release, rollback_to, savepoint
+from airflow_pg_bulk.sql.session import execute_named, prepare_named
 
 log = logging.getLogger(__name__)
 
@@ -161,6 +169,60 @@ def rows_of_each(conn: Any, queries: list[pg3sql.Composable]) -> list[list[tuple
     columns as JSON gives them (text, numbers, booleans, arrays as lists, NULL as None), as
     the driver gives the catalog's columns."""
     return json_rows(scalar(conn, one_query_for_each(queries)))
+
+
+def read_prepared(
+    conn: Any,
+    name: str,
+    statement: pg3sql.Composable,
+    *,
+    before: Sequence[pg3sql.Composable] = (),
+) -> list[list[tuple[Any, ...]]]:
+    """Run ``statement`` (a read without parameters) in the current transaction as the
+    session's prepared statement ``name`` (SQL ``PREPARE`` the first time this connection
+    runs it, ``EXECUTE`` then): planned once per session, for a statement the session runs
+    again whose planning costs more than its execution (a partition's catalog capture:
+    :func:`airflow_pg_bulk.target.catalog.capture_leaves`). ``name`` must stand for one
+    statement text (a hash of it, say). Returns the rows of each of ``before`` (statements
+    to run first, in the same round trip on psycopg 3; run again should the first try fail
+    as below) and of ``statement``, last.
+
+    Under a savepoint: a session that lost the statement (a ``DISCARD ALL`` or ``DEALLOCATE
+    ALL``, a pooler that hands out another server session) fails the ``EXECUTE``, and one
+    that has it when this connection did not know it fails the ``PREPARE``; either is
+    rolled back to the savepoint and the other way tried. (psycopg 3's own prepared
+    statements do not serve: it deallocates them all after any ALTER, DROP or ROLLBACK, of
+    which finalize runs many.)"""
+    known = _PREPARED.setdefault(conn, set())
+    run = [
+        savepoint(_PREPARED_SAVEPOINT),
+        *before,
+        execute_named(name),
+        release(_PREPARED_SAVEPOINT),
+    ]
+    make = [*run[: 1 + len(before)], prepare_named(name, statement), *run[1 + len(before) :]]
+    tries = [run, make] if name in known else [make, run]
+    for n, statements in enumerate(tries):
+        try:
+            results = execute_each(conn, statements)
+        except Exception as exc:
+            lost = is_database_error(exc) and server_error(exc).sqlstate in (
+                INVALID_SQL_STATEMENT_NAME,
+                DUPLICATE_PREPARED_STATEMENT,
+            )
+            if not lost or n == len(tries) - 1:
+                raise
+            execute(conn, rollback_to(_PREPARED_SAVEPOINT))
+            continue
+        known.add(name)
+        return [*results[1 : 1 + len(before)], results[-2]]
+    raise AssertionError("unreachable")  # (the last try returns or raises)
+
+
+#: the names of the statements each connection prepared (:func:`read_prepared`), held by the
+#: connection itself (weakly: an entry goes with its connection)
+_PREPARED: weakref.WeakKeyDictionary[Any, set[str]] = weakref.WeakKeyDictionary()
+_PREPARED_SAVEPOINT = "pgbulk_prepared"
 
 
 def json_rows(text: str) -> list[list[tuple]]:

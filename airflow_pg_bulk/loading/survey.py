@@ -80,7 +80,9 @@ def survey(
     interval ``abandoned_after`` (when given: prepare's) are read in the capture's own
     statement (:func:`capture_and_check`); for an append with a ``load_id`` (prepare's), that load's
     record in the load history too, once the role is known to be allowed to read it."""
-    target, checks = capture_and_check(conn, schema, table, abandoned_after)
+    # (replace_partitions loads only a partitioned target: its capture in one round trip)
+    partitioned = True if request.mode.replaces_loaded_partitions else None
+    target, checks = capture_and_check(conn, schema, table, abandoned_after, partitioned)
     catalog.refuse_unsupported(target, request.mode)
     privileges, writable, history_exists, leaves, seconds = checks
     if target.partitioning is not None:  # (for the summary: see loading.changes)
@@ -141,10 +143,16 @@ Checks = tuple[tuple, bool, bool, int, float | None]
 
 
 def capture_and_check(
-    conn: DatabaseConnection, schema: str, table: str, abandoned_after: str | None
+    conn: DatabaseConnection,
+    schema: str,
+    table: str,
+    abandoned_after: str | None,
+    partitioned: bool | None = None,
 ) -> tuple[TargetDefinition, Checks]:
     """The target's definition (:func:`catalog.capture`) and the checks on it
-    (:data:`Checks`), read in the capture's round trip (:func:`catalog.capture_with`).
+    (:data:`Checks`), read in the capture's round trip (:func:`catalog.capture_with`);
+    ``partitioned``: whether the target is expected to be partitioned (then one round trip
+    in all on psycopg 3; a target of the other kind is read again, as when not known).
 
     An ``abandoned_after`` that is no interval fails that statement: the whole is read again
     without it (in a new transaction), and its seconds are None, so that prepare refuses it
@@ -155,7 +163,9 @@ def capture_and_check(
 
     seconds = None
     try:
-        target, found = catalog.capture_with(conn, schema, table, with_interval)
+        target, found = catalog.capture_with(
+            conn, schema, table, with_interval, partitioned=partitioned
+        )
         if abandoned_after is not None:
             seconds = float(found.pop()[0][0])
     except Exception as exc:
@@ -163,7 +173,11 @@ def capture_and_check(
             raise
         rollback_quietly(conn)
         target, found = catalog.capture_with(
-            conn, schema, table, lambda oid, partitioned: check_queries(schema, oid, partitioned)
+            conn,
+            schema,
+            table,
+            lambda oid, kind: check_queries(schema, oid, kind),
+            partitioned=partitioned,
         )
     privileges, ((writable,),), ((exists,),), *rest = found
     leaves = int(rest[0][0][0]) if rest else 0

@@ -39,6 +39,30 @@ def remembered_oid(n: int) -> Composed:
 _OID_SETTING = "pgbulk.oid_{}"
 
 
+def leaf_oid() -> Composed:
+    """The oid of the partition being captured, as :func:`choose_leaf` kept it: one setting
+    for every partition, so that a partition's capture is one statement text whatever the
+    partition (prepared once per session, its plan reused)."""
+    return SQL("current_setting({})::oid").format(Literal(_LEAF_SETTING))
+
+
+def choose_leaf(oid: Composable) -> Composed:
+    """Keep ``oid`` (an expression, such as :func:`remembered_oid`) for :func:`leaf_oid`, in
+    a setting of the transaction."""
+    return SQL("SELECT set_config({}, ({})::text, true)").format(Literal(_LEAF_SETTING), oid)
+
+
+def leaf_oid_of(schema: str, table: str) -> Composed:
+    """The oid of ``schema.table``, 0 when it does not exist (for :func:`choose_leaf`)."""
+    return SQL(
+        "coalesce((SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = {} AND c.relname = {}), 0)"
+    ).format(Literal(schema), Literal(table))
+
+
+_LEAF_SETTING = "pgbulk.leaf_oid"
+
+
 def find_table(schema: str, table: str) -> Composed:
     """The target's oid, kind, persistence, owner, options and flags."""
     return SQL(

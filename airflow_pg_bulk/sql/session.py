@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from psycopg.sql import SQL, Composed, Identifier, Literal
+from psycopg.sql import SQL, Composable, Composed, Identifier, Literal
 
 # --- session ---------------------------------------------------------------------------------
 
@@ -64,3 +64,14 @@ def load_lock(load_id: str, *, release: bool = False) -> Composed:
     return SQL("SELECT {}(hashtext('airflow_pg_bulk_finalize'), hashtext({}))").format(
         function, Literal(load_id)
     )
+
+
+def prepare_named(name: str, statement: Composable) -> Composed:
+    """Prepare ``statement`` (no parameters) as the session's statement ``name``: planned at
+    its first EXECUTE, that plan kept for the session."""
+    return SQL("PREPARE {} AS {}").format(Identifier(name), statement)
+
+
+def execute_named(name: str) -> Composed:
+    """Run the session's prepared statement ``name``."""
+    return SQL("EXECUTE {}").format(Identifier(name))

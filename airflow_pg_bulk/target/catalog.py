@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
+import hashlib
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -17,6 +19,8 @@ from airflow_pg_bulk.db.driver import (
     is_database_error,
     is_psycopg2,
     json_rows,
+    read_each,
+    read_prepared,
     rows_of_each,
     scalar,
     server_error,
@@ -70,7 +74,6 @@ def capture_with(
     *,
     as_partition: bool = False,
     partitioned: bool | None = None,
-    with_oids_of: Sequence[tuple[str, str]] = (),
 ) -> tuple[TargetDefinition, list[list[tuple]]]:
     """:func:`capture`, and the rows of the reads ``also`` gives for the table (SELECTs that
     cannot fail), read in the capture's own round trip.
@@ -80,23 +83,18 @@ def capture_with(
         its queries go in the same round trip as the search for the table, and read its oid
         from where that round trip keeps it (:func:`airflow_pg_bulk.sql.remember_oids`): one
         round trip in all, where it takes two otherwise (should the table turn out to be of
-        another kind, it is read again, as when not known).
-    :param with_oids_of: tables whose oids the queries of ``also`` read as
-        ``sql.remembered_oid(1)``, ``(2)``... (a transaction must be open on psycopg2)."""
+        another kind, it is read again, as when not known)."""
     if as_partition:
         partitioned = False
     if partitioned is not None and not is_psycopg2(conn):
         ref = sql.remembered_oid(0)
         queries = _queries(ref, partitioned)
         extra = list(also(ref, partitioned)) if also is not None else []
-        rows, found = _find_and_read(conn, [(schema, table), *with_oids_of], [*queries, *extra])
+        rows, found = _find_and_read(conn, schema, table, [*queries, *extra])
         if rows and _is_partitioned(rows[0], as_partition) == partitioned:
             definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
             return definition, found[len(queries) :]
-    remember = [sql.remember_oids([(schema, table), *with_oids_of])] if with_oids_of else []
-    _pinned, rows, *_kept = execute_each(
-        conn, [sql.pin_search_path(), sql.find_table(schema, table), *remember]
-    )
+    _pinned, rows = execute_each(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
     oid = rows[0][0]
@@ -110,18 +108,19 @@ def capture_with(
 
 
 def _find_and_read(
-    conn: DatabaseConnection, tables: Sequence[tuple[str, str]], queries: list[Composable]
+    conn: DatabaseConnection, schema: str, table: str, queries: list[Composable]
 ) -> tuple[list[tuple], list[list[tuple]]]:
-    """One statement string, under search_path pinned: the first of ``tables`` found
-    (its row of ``sql.find_table``: none when it does not exist), the oids of all of them
-    kept (``sql.remembered_oid(n)``), and ``queries``, which may read them: the table's row
-    and each query's rows."""
-    _pinned, rows, _kept, ((text,),) = execute_each(
+    """One statement string, under search_path pinned: ``schema.table`` found (its row of
+    ``sql.find_table``: none when it does not exist), its oid kept
+    (``sql.remembered_oid(0)``), and ``queries``, which may read it: the table's row and
+    each query's rows. In the open transaction, or, with none open, in autocommit: reads
+    only, and a BEGIN and a ROLLBACK fewer (prepare's capture)."""
+    _pinned, rows, _kept, ((text,),) = read_each(
         conn,
         [
             sql.pin_search_path(),
-            sql.find_table(*tables[0]),
-            sql.remember_oids(tables),
+            sql.find_table(schema, table),
+            sql.remember_oids([(schema, table)]),
             sql.rows_of_each(queries),
         ],
     )
@@ -323,14 +322,20 @@ def capture_leaves(
         raise ValueError(f"{target.qualified} is not partitioned")
     leaves = []
     if found is not None and read is not None and names is not None:
-        per = 1 + len(_queries(0, partitioned=False))  # each one's rows of leaf_queries
-        at = {leaf: n * per for n, leaf in enumerate(names)}
+        rows_of = dict(zip(names, read, strict=True))
         for leaf_schema, name, relkind, bound, constraint in found:
             _refuse_odd_leaf(target, leaf_schema, name, relkind)
-            first = at[leaf_schema, name]
-            rows, *rest = read[first : first + per]
-            definition = _definition(leaf_schema, name, rows[0], rest, as_partition=True)
-            leaves.append(LeafPartition(bound, constraint, definition))
+            (row,) = rows_of[leaf_schema, name]
+            (_chosen, definition) = _read_leaf(
+                conn, [sql.choose_leaf(sql.leaf_oid_of(leaf_schema, name))]
+            )
+            leaves.append(
+                LeafPartition(
+                    bound,
+                    constraint,
+                    _definition(leaf_schema, name, row, definition, as_partition=True),
+                )
+            )
     elif found is None and names is not None:  # each with its row, in one round trip each
         for leaf_schema, name in names:
             leaf = _capture_leaf(conn, target, leaf_schema, name)
@@ -350,31 +355,55 @@ def capture_leaves(
     )
 
 
-def leaf_queries(names: Sequence[tuple[str, str]], first: int = 1) -> list[Composable]:
-    """The reads that capture the partitions ``names`` in full, for a round trip of the
-    caller's (with ``sql.leaf_partitions`` of the same names: see :func:`capture_leaves`),
-    under search_path pinned, their oids kept from ``sql.remembered_oid(first)`` on (see
-    :func:`capture_with`'s ``with_oids_of``): for each, its row of ``sql.find_table`` and
-    its capture's queries."""
-    return [
-        query
-        for n, (leaf_schema, name) in enumerate(names, first)
-        for query in (
-            sql.find_table(leaf_schema, name),
-            *_queries(sql.remembered_oid(n), partitioned=False),
-        )
-    ]
+def leaf_queries(names: Sequence[tuple[str, str]]) -> list[Composable]:
+    """The reads that begin the capture of the partitions ``names``, for a round trip of
+    the caller's (with ``sql.leaf_partitions`` of the same names; :func:`capture_leaves`
+    reads the rest, each partition's definition, in a prepared statement): for each, its
+    row of ``sql.find_table``."""
+    return [sql.find_table(leaf_schema, name) for leaf_schema, name in names]
+
+
+def _read_leaf(
+    conn: DatabaseConnection, before: Sequence[Composable]
+) -> tuple[list[list[tuple]], list[list[tuple]]]:
+    """``before`` (statements that end with ``sql.choose_leaf``, in the current transaction,
+    search_path pinned) and the rows of the capture's queries of the partition chosen: the
+    rows of each of ``before``, and of each query. One statement text for every partition,
+    prepared (:func:`airflow_pg_bulk.db.driver.read_prepared`): planned once per session,
+    where planning is most of its cost (about 2.8 of 3.9 ms warm for a partition's 10
+    queries, PostgreSQL 15): finalize captures each partition it swaps when it routes the
+    rows, and again under the swap's lock, with the plan made the first time."""
+    name, query = _leaf_capture()
+    *first, ((text,),) = read_prepared(conn, name, query, before=before)
+    return first, json_rows(text)
+
+
+@functools.cache
+def _leaf_capture() -> tuple[str, Composable]:
+    """A partition's capture as one statement, and the name it is prepared under: a hash of
+    its text (a server session that a pooler kept from another version of this package
+    holds another text under another name)."""
+    query = sql.rows_of_each(_queries(sql.leaf_oid(), partitioned=False))
+    digest = hashlib.sha1(query.as_string(None).encode()).hexdigest()[:16]
+    return "pgbulk_leaf_" + digest, query
 
 
 def _capture_leaf(
     conn: DatabaseConnection, target: TargetDefinition, leaf_schema: str, name: str
 ) -> LeafPartition | None:
     """The partition ``leaf_schema.name`` of ``target`` captured in full, with its bound, in
-    one round trip on psycopg 3 (its row of ``sql.leaf_partitions`` read with its
-    definition; in a transaction); None when it is no partition of ``target`` (any more)."""
-    queries = _queries(sql.remembered_oid(0), partitioned=False)
-    bound = sql.leaf_partitions(target.oid, [(leaf_schema, name)])
-    rows, (*found, partition_rows) = _find_and_read(conn, [(leaf_schema, name)], [*queries, bound])
+    one round trip on psycopg 3 (in a transaction): search_path pinned, its row, its row of
+    ``sql.leaf_partitions``, and its definition (:func:`_read_leaf`). None when it is no
+    partition of ``target`` (any more)."""
+    (_pinned, rows, partition_rows, _chosen), found = _read_leaf(
+        conn,
+        [
+            sql.pin_search_path(),
+            sql.find_table(leaf_schema, name),
+            sql.leaf_partitions(target.oid, [(leaf_schema, name)]),
+            sql.choose_leaf(sql.leaf_oid_of(leaf_schema, name)),
+        ],
+    )
     if not partition_rows or not rows:
         return None
     ((_schema, _name, relkind, bound, constraint),) = partition_rows

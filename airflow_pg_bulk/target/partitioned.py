@@ -463,7 +463,6 @@ def finalize_partitioned(
                 t.table,
                 lambda oid, _p: [sql.leaf_partitions(oid, swapped), *leaf_reads, *swap_reads],
                 partitioned=True,
-                with_oids_of=swapped,
             )
             if now.fingerprint() != partition_checks.parent_fingerprint(plan):
                 raise LoadRefusedError(
