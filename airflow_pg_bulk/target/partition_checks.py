@@ -15,12 +15,15 @@ from airflow_pg_bulk.plan import LeafPartition, LoadPlan, TargetDefinition
 from airflow_pg_bulk.target import catalog
 
 
-def parent_fingerprint(plan: LoadPlan) -> dict[str, Any]:
-    """What prepare captured of the parent (its partitions left out, and their number:
-    partitions added or dropped meanwhile change nothing the load swaps)."""
-    t = plan.target
-    bare = dataclasses.replace(t.required_partitioning(), leaves=(), unsupported=(), count=0)
-    return dataclasses.replace(t, partitioning=bare).fingerprint()
+def parent_fingerprint(target: TargetDefinition) -> dict[str, Any]:
+    """What must not change of a partitioned parent between prepare's capture and the swap:
+    its partitions left out, and their number (partitions added or dropped meanwhile change
+    nothing the load swaps), and the key's parts (the key's text says the same; a plan made
+    before they were captured has none)."""
+    bare = dataclasses.replace(
+        target.required_partitioning(), leaves=(), unsupported=(), count=0, columns=()
+    )
+    return dataclasses.replace(target, partitioning=bare).fingerprint()
 
 
 def others_with_rows(conn: DatabaseConnection, plan: LoadPlan) -> list[tuple[str, str]]:

@@ -464,7 +464,7 @@ def finalize_partitioned(
                 lambda oid, _p: [sql.leaf_partitions(oid, swapped), *leaf_reads, *swap_reads],
                 partitioned=True,
             )
-            if now.fingerprint() != partition_checks.parent_fingerprint(plan):
+            if partition_checks.parent_fingerprint(now) != partition_checks.parent_fingerprint(t):
                 raise LoadRefusedError(
                     f"the definition of {t.qualified} changed between prepare and finalize "
                     "(columns, indexes, constraints, grants, owner or comments); nothing was "
