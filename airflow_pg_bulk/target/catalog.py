@@ -307,21 +307,24 @@ def _partitioning(schema: str, table: str, key: list[tuple], odd: list[tuple]) -
 def capture_leaves(
     conn: DatabaseConnection,
     target: TargetDefinition,
-    names: list[tuple[str, str]] | None,
+    names: list[tuple[str, str]],
     *,
     found: list[tuple] | None = None,
     read: list[list[tuple]] | None = None,
 ) -> Partitioning:
-    """The target's partitioning with the leaves ``names`` ((schema, name) pairs; None: all of
-    them) captured in full (each one's own definition), and what a partition-wise load
-    cannot carry over for them, in words. A name that is no longer a partition of the target
-    is left out. ``found``: their rows of ``sql.leaf_partitions``, when read already;
-    ``read``: and the rows of their :func:`leaf_queries` too (nothing more is read then)."""
+    """The target's partitioning with the leaves ``names`` ((schema, name) pairs) captured in
+    full (each one's own definition), and what a partition-wise load cannot carry over for
+    them, in words. A name that is no longer a partition of the target is left out. Each
+    one's definition is read by the session's prepared statement (:func:`_read_leaf`).
+
+    :param found: their rows of ``sql.leaf_partitions``, read already with ``read``, their
+        rows of :func:`leaf_queries` (the check under the swap's lock); without them, each
+        partition is found and read in one round trip of its own (search_path pinned)."""
     parts = target.partitioning
     if parts is None:
         raise ValueError(f"{target.qualified} is not partitioned")
     leaves = []
-    if found is not None and read is not None and names is not None:
+    if found is not None and read is not None:
         rows_of = dict(zip(names, read, strict=True))
         for leaf_schema, name, relkind, bound, constraint in found:
             _refuse_odd_leaf(target, leaf_schema, name, relkind)
@@ -336,20 +339,13 @@ def capture_leaves(
                     _definition(leaf_schema, name, row, definition, as_partition=True),
                 )
             )
-    elif found is None and names is not None:  # each with its row, in one round trip each
+    else:
         for leaf_schema, name in names:
             leaf = _capture_leaf(conn, target, leaf_schema, name)
             if leaf is not None:
                 leaves.append(leaf)
-    else:
-        if found is None:
-            found = execute(conn, sql.leaf_partitions(target.oid, names))
-        for leaf_schema, name, relkind, bound, constraint in found:
-            _refuse_odd_leaf(target, leaf_schema, name, relkind)
-            leaf = capture(conn, leaf_schema, name, as_partition=True)
-            leaves.append(LeafPartition(bound, constraint, leaf))
-    if not leaves:  # (the capture of a leaf pins it: one round trip fewer each time)
-        execute(conn, sql.pin_search_path())
+        if not leaves:  # (the capture of a leaf pins it; callers go on under the pin)
+            execute(conn, sql.pin_search_path())
     return dataclasses.replace(
         parts, leaves=tuple(leaves), unsupported=leaf_problems(target, leaves)
     )
