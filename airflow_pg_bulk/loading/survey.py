@@ -14,8 +14,8 @@ from psycopg.sql import Composable
 from airflow_pg_bulk import sql
 from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
-    execute,
     is_database_error,
+    read_each,
     rollback_quietly,
 )
 from airflow_pg_bulk.loading import sources
@@ -92,7 +92,10 @@ def survey(
     history.refuse_without_access(conn, schema, writable=writable)
     appended = None
     if load_id is not None and not request.mode.replaces_rows:
-        appended = execute(conn, history.appended_check(schema, load_id)) if history_exists else []
+        # (in autocommit when no transaction is open: one round trip)
+        appended = (
+            read_each(conn, [history.appended_check(schema, load_id)])[0] if history_exists else []
+        )
     conn.rollback()
     source = sources.for_request(request)
     source_format = source.format

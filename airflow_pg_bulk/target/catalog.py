@@ -94,7 +94,12 @@ def capture_with(
         if rows and _is_partitioned(rows[0], as_partition) == partitioned:
             definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
             return definition, found[len(queries) :]
-    _pinned, rows = execute_each(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
+    # psycopg 3: each read pinned in its own string (in autocommit when no transaction is
+    # open: no BEGIN, no ROLLBACK); psycopg2, one statement at a time: in a transaction,
+    # pinned once
+    psycopg2 = is_psycopg2(conn)
+    run = execute_each if psycopg2 else read_each
+    _pinned, rows = run(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
     oid = rows[0][0]
@@ -102,7 +107,13 @@ def capture_with(
     queries = _queries(oid, kind)
     extra = list(also(oid, kind)) if also is not None else []
     # one round trip for all of them (they were one each: 11 statements per capture)
-    found = rows_of_each(conn, [*queries, *extra])
+    if psycopg2:
+        found = rows_of_each(conn, [*queries, *extra])
+    else:
+        _pinned, ((text,),) = read_each(
+            conn, [sql.pin_search_path(), sql.rows_of_each([*queries, *extra])]
+        )
+        found = json_rows(text)
     definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
     return definition, found[len(queries) :]
 

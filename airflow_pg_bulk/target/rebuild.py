@@ -44,6 +44,7 @@ from airflow_pg_bulk.db.driver import (
     DatabaseConnection,
     execute,
     execute_count,
+    read_each,
     scalar,
     server_version,
 )
@@ -112,8 +113,9 @@ def actionable(target: TargetDefinition) -> bool:
 def choose(
     conn: DatabaseConnection, request: LoadRequest, target: TargetDefinition, load_bytes: int
 ) -> planning.StrategyChoice:
-    """The strategy of an append or upsert by the cost model, and why (reads only)."""
-    target_bytes, _rows, triggers = execute(conn, sql.target_size(target.oid))[0]
+    """The strategy of an append or upsert by the cost model, and why (reads only: in
+    autocommit when no transaction is open, one round trip)."""
+    ((target_bytes, _rows, triggers),) = read_each(conn, [sql.target_size(target.oid)])[0]
     return planning.choose_strategy(
         planning.StrategyInputs(
             mode=request.mode,
