@@ -201,22 +201,20 @@ def read_prepared(
         release(_PREPARED_SAVEPOINT),
     ]
     make = [*run[: 1 + len(before)], prepare_named(name, statement), *run[1 + len(before) :]]
-    tries = [run, make] if name in known else [make, run]
-    for n, statements in enumerate(tries):
-        try:
-            results = execute_each(conn, statements)
-        except Exception as exc:
-            lost = is_database_error(exc) and server_error(exc).sqlstate in (
-                INVALID_SQL_STATEMENT_NAME,
-                DUPLICATE_PREPARED_STATEMENT,
-            )
-            if not lost or n == len(tries) - 1:
-                raise
-            execute(conn, rollback_to(_PREPARED_SAVEPOINT))
-            continue
-        known.add(name)
-        return [*results[1 : 1 + len(before)], results[-2]]
-    raise AssertionError("unreachable")  # (the last try returns or raises)
+    first, other = (run, make) if name in known else (make, run)
+    try:
+        results = execute_each(conn, first)
+    except Exception as exc:
+        if not (
+            is_database_error(exc)
+            and server_error(exc).sqlstate
+            in (INVALID_SQL_STATEMENT_NAME, DUPLICATE_PREPARED_STATEMENT)
+        ):
+            raise
+        execute(conn, rollback_to(_PREPARED_SAVEPOINT))
+        results = execute_each(conn, other)
+    known.add(name)
+    return [*results[1 : 1 + len(before)], results[-2]]
 
 
 #: the names of the statements each connection prepared (:func:`read_prepared`), held by the

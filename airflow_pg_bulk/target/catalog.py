@@ -94,12 +94,13 @@ def capture_with(
         if rows and _is_partitioned(rows[0], as_partition) == partitioned:
             definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
             return definition, found[len(queries) :]
-    # psycopg 3: each read pinned in its own string (in autocommit when no transaction is
-    # open: no BEGIN, no ROLLBACK); psycopg2, one statement at a time: in a transaction,
-    # pinned once
+    # psycopg 3: each read pinned in its own string (_pinned_reads); psycopg2, one statement
+    # at a time: in a transaction, pinned once
     psycopg2 = is_psycopg2(conn)
-    run = execute_each if psycopg2 else read_each
-    _pinned, rows = run(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
+    if psycopg2:
+        _pinned, rows = execute_each(conn, [sql.pin_search_path(), sql.find_table(schema, table)])
+    else:
+        (rows,) = _pinned_reads(conn, [sql.find_table(schema, table)])
     if not rows:
         raise LoadRefusedError(f"target table {schema}.{table} does not exist; create it first")
     oid = rows[0][0]
@@ -110,9 +111,7 @@ def capture_with(
     if psycopg2:
         found = rows_of_each(conn, [*queries, *extra])
     else:
-        _pinned, ((text,),) = read_each(
-            conn, [sql.pin_search_path(), sql.rows_of_each([*queries, *extra])]
-        )
+        (((text,),),) = _pinned_reads(conn, [sql.rows_of_each([*queries, *extra])])
         found = json_rows(text)
     definition = _definition(schema, table, rows[0], found[: len(queries)], as_partition)
     return definition, found[len(queries) :]
@@ -126,16 +125,23 @@ def _find_and_read(
     (``sql.remembered_oid(0)``), and ``queries``, which may read it: the table's row and
     each query's rows. In the open transaction, or, with none open, in autocommit: reads
     only, and a BEGIN and a ROLLBACK fewer (prepare's capture)."""
-    _pinned, rows, _kept, ((text,),) = read_each(
+    rows, _kept, ((text,),) = _pinned_reads(
         conn,
         [
-            sql.pin_search_path(),
             sql.find_table(schema, table),
             sql.remember_oids([(schema, table)]),
             sql.rows_of_each(queries),
         ],
     )
     return rows, json_rows(text)
+
+
+def _pinned_reads(conn: DatabaseConnection, statements: Sequence[Composable]) -> list[list[tuple]]:
+    """Each of ``statements``' rows, read under search_path pinned, in one string on psycopg
+    3: in the open transaction, or, with none open, in autocommit (the string is then one
+    implicit transaction, the pin in force to its end)."""
+    _pinned, *rows = read_each(conn, [sql.pin_search_path(), *statements])
+    return rows
 
 
 def _is_partitioned(row: tuple, as_partition: bool) -> bool:
