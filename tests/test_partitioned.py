@@ -1101,3 +1101,69 @@ def test_a_run_ordered_load_empties_an_unkeyed_partition_on_either_driver(
     )
     assert rows == [(3, "2024-02-01", 3), (7, "2024-01-09", 70), (8, "2024-01-10", 80)]
     assert leftovers(db) == []
+
+
+@pytest.mark.parametrize(
+    "case, days, pruned",
+    [
+        ("newest", ["2024-01-12"], 0),  # the newest partition: found among the newest
+        ("older", ["2024-01-02"], 1),  # the 11th newest: partition pruning finds it
+        ("both", ["2024-01-12", "2024-01-02"], 0),  # two partitions: every row's routed
+        ("default", ["2024-01-12"], 0),  # the DEFAULT partition, newer still, is skipped
+        ("unbounded", ["2024-02-01"], 1),  # no bound takes it: into the DEFAULT partition
+    ],
+)
+def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_pruning(
+    db, pg_dsn, tmp_path, monkeypatch, driver, case, days, pruned
+):
+    """A reload into one partition looks first among the target's newest partitions
+    (``catalog.NEWEST_PARTITIONS``, by their constraints, against the first staged row), so
+    that a daily load does not have the planner build the parent's partition descriptor;
+    a partition made earlier, rows of several partitions, a DEFAULT partition among the
+    newest and a row that only the DEFAULT partition takes are routed as before (the
+    planner's partition pruning: ``partition_of_a_row``). Every day's rows land in their
+    partition, and the partitions that received none keep their rows, on either driver."""
+    from helpers import daily_target
+
+    daily_target(db, 12, "2024-01-01")
+    if case in ("default", "unbounded"):
+        db.run(
+            psql.SQL("CREATE TABLE {} PARTITION OF {} DEFAULT").format(
+                db.ident("readings_default"), db.ident("readings")
+            )
+        )
+    calls = []
+    real = catalog.partition_of_a_row
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(catalog, "partition_of_a_row", counted)
+    rows = [[m, day, m * 100 + n] for n, day in enumerate(days) for m in range(1, 8)]
+    path = tmp_path / "days.csv"
+    path.write_text("".join(f"{m},{day},{v}\n" for m, day, v in rows))
+    summary = runner.load(
+        pg_dsn,
+        db.table("readings"),
+        str(path),
+        mode="replace_partitions",
+        columns=["meter_id", "day", "reading"],
+        driver=driver,
+    )
+    assert summary.rows == len(rows)
+    assert len(calls) == pruned
+    found = db.run(
+        psql.SQL(
+            "SELECT tableoid::regclass::text, day::text, count(*), sum(reading) FROM {}"
+            " GROUP BY 1, 2 ORDER BY 2"
+        ).format(db.ident("readings"))
+    )
+    expected = {  # the 12 days as daily_target made them: 5 meters, reading 1
+        f"2024-01-{d:02d}": (f"readings_202401{d:02d}", 5, 5.0) for d in range(1, 13)
+    }
+    for n, day in enumerate(days):  # each reloaded day: 7 meters, its own readings
+        leaf = "readings_default" if case == "unbounded" else f"readings_{day.replace('-', '')}"
+        expected[day] = (leaf, 7, float(sum(m * 100 + n for m in range(1, 8))))
+    assert {day: (leaf.split(".")[-1], c, s) for leaf, day, c, s in found} == expected
+    assert leftovers(db) == []

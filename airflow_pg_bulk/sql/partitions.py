@@ -49,6 +49,37 @@ def leaf_partitions(oid: OidRef, names: Sequence[tuple[str, str]] | None = None)
     ).format(oid_ref(oid), chosen)
 
 
+def newest_leaves(oid: OidRef, limit: int) -> Composed:
+    """Of a partitioned table's ``limit`` direct partitions with the highest oids (the ones
+    made last: for a table partitioned by time, the current period's and those made ahead
+    of it), the ordinary tables with a bound of their own (not DEFAULT), as
+    :func:`leaf_partitions` describes them, newest first. Reads only their catalog rows:
+    not the parent's partition descriptor, which partition pruning (EXPLAIN) builds from
+    every partition's bound. (The constraint takes ACCESS SHARE on each, then on the
+    parent, as a write into a partition does.)"""
+    return SQL(
+        "SELECT n.nspname, c.relname, c.relkind::text, b.bound,"
+        " pg_get_partition_constraintdef(c.oid)"
+        " FROM (SELECT inhrelid FROM pg_inherits WHERE inhparent = {}"
+        " ORDER BY inhrelid DESC LIMIT {}) AS i"
+        " JOIN pg_class c ON c.oid = i.inhrelid JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " CROSS JOIN LATERAL (SELECT pg_get_expr(c.relpartbound, c.oid)) AS b(bound)"
+        " WHERE c.relkind = 'r' AND b.bound <> 'DEFAULT' ORDER BY c.oid DESC"
+    ).format(oid_ref(oid), Literal(limit))
+
+
+def constraint_of_first_row(schema: str, table: str, constraints: Sequence[str]) -> Composed:
+    """The index in ``constraints`` (partition constraints the server rendered:
+    ``pg_get_partition_constraintdef``) of the first one that the first row of ``table``
+    satisfies; NULL when it satisfies none; no row when the table is empty."""
+    return SQL("SELECT CASE {} END FROM {} LIMIT 1").format(
+        SQL(" ").join(
+            SQL("WHEN ({}) THEN {}").format(SQL(c), Literal(i)) for i, c in enumerate(constraints)
+        ),
+        table_identifier(schema, table),
+    )
+
+
 def leaf_count(oid: OidRef) -> Composed:
     """How many direct partitions a partitioned table has (no lock taken, nothing per
     partition read but its pg_inherits row)."""

@@ -484,6 +484,36 @@ def partitions_of_rows(
     return _pruned(conn, target, key, values)
 
 
+#: a load into one partition looks first among the target's newest partitions, this many
+#: (:func:`newest_partition_of_a_row`): a daily load's, with up to 7 made ahead of it
+NEWEST_PARTITIONS = 8
+
+
+def newest_partition_of_a_row(
+    conn: DatabaseConnection, target: TargetDefinition, staging: str
+) -> tuple[str, str, str, str, str | None] | None:
+    """The partition of ``target`` whose constraint the first row of the table ``staging``
+    satisfies, among the :data:`NEWEST_PARTITIONS` made last, as :func:`sql.leaf_partitions`
+    describes it; None: none of them takes it (or no row). Two small reads, without the
+    parent's partition descriptor that :func:`partition_of_a_row` has the planner build:
+    with 1,826 daily partitions that build was 17-23 ms of a day's 0.1 s reload (the load
+    by hand builds it twice, for DETACH and ATTACH). Partitions do not overlap: the one
+    this row satisfies is the only one it can go to, and a CHECK of its constraint then
+    confirms it for every row."""
+    candidates = execute(conn, sql.newest_leaves(target.oid, NEWEST_PARTITIONS))
+    if not candidates:
+        return None
+    found = execute(
+        conn,
+        sql.constraint_of_first_row(
+            target.schema, staging, [constraint for *_leaf, constraint in candidates]
+        ),
+    )
+    if not found or found[0][0] is None:
+        return None
+    return candidates[found[0][0]]
+
+
 def partition_of_a_row(
     conn: DatabaseConnection, target: TargetDefinition, staging: str, staged: Sequence[str]
 ) -> tuple[str, str] | None:

@@ -256,12 +256,16 @@ def _one_partition(
     (a savepoint undoes the rename and the CHECK that failed): the rows go to several
     partitions, or to none, or the partition's bound cannot be checked alone."""
     t = plan.target
-    guess = catalog.partition_of_a_row(conn, t, plan.staging_table, columns)
-    if guess is None:
-        return None
-    found = execute(conn, sql.leaf_partitions(t.oid, [guess]))
-    if len(found) != 1 or not found[0][4]:
-        return None
+    newest = catalog.newest_partition_of_a_row(conn, t, plan.staging_table)
+    if newest is not None:
+        found = [newest]
+    else:  # a partition made earlier: the planner's partition pruning finds it
+        guess = catalog.partition_of_a_row(conn, t, plan.staging_table, columns)
+        if guess is None:
+            return None
+        found = execute(conn, sql.leaf_partitions(t.oid, [guess]))
+        if len(found) != 1 or not found[0][4]:
+            return None
     first = naming.staging_partition(plan.load_id, 0)
     try:  # one round trip
         execute(
