@@ -359,7 +359,7 @@ def test_zombie_copy_and_its_retry_at_once_load_the_partition_once(db, pg_dsn, t
                 "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s"
                 " AND wait_event_type = 'Lock' AND query LIKE %s",
                 APPLICATION,
-                f"INSERT INTO %{plan.ledger_table}%",
+                f"%INSERT INTO %{plan.ledger_table}%",
             ):
                 assert time.monotonic() < deadline, "the retry did not wait for the zombie"
                 assert "result" not in outcome, outcome

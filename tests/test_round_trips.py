@@ -32,8 +32,8 @@ from airflow_pg_bulk.db.driver import (
 #: the in-process daily reload's round trips (see the last test), session set-ups included:
 #: its day loaded in place, or built beside the target and swapped in
 ROUND_TRIPS_OF_A_DAILY_RELOAD = {
-    "in_place": {"prepare": 7, "copy": 6, "finalize": 16, "cleanup": 4},
-    "swap": {"prepare": 7, "copy": 6, "finalize": 24, "cleanup": 4},
+    "in_place": {"prepare": 6, "copy": 5, "finalize": 16, "cleanup": 4},
+    "swap": {"prepare": 6, "copy": 5, "finalize": 24, "cleanup": 4},
 }
 
 
@@ -277,7 +277,9 @@ def test_a_daily_reload_makes_its_round_trips_only(
     (27 since; 24 since the ledger's reads go in one round trip with staging's and the
     partition key is the one prepare captured; 25 since each swapped partition is read
     again under the lock by a prepared statement of its own; 24, and the day loaded in
-    place 16, since a load into one of the newest partitions finds it without the EXPLAIN)."""
+    place 16, since a load into one of the newest partitions finds it without the EXPLAIN;
+    prepare 7 -> 6 with the ledger sent with its COMMIT, COPY 6 -> 5 with the ledger's
+    check and claim in one round trip)."""
     import csv
 
     import psycopg

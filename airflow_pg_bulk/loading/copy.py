@@ -168,14 +168,8 @@ def copy_partition(
     started = time.perf_counter()
     copier = None
     try:
-        ledger.check_ledger_plan(
-            conn,
-            plan,
-            after=[
-                sql.set_config("synchronous_commit", plan.settings.synchronous_commit, local=True)
-            ],
-        )
-        if not ledger.claim(conn, plan, index):
+        setting = sql.set_config("synchronous_commit", plan.settings.synchronous_commit, local=True)
+        if not ledger.check_and_claim(conn, plan, index, after=[setting]):
             rows, nbytes, seconds, rejected = ledger.committed(conn, plan, index)
             conn.rollback()
             log.info(

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from airflow_pg_bulk import naming, sql
@@ -40,23 +41,30 @@ from airflow_pg_bulk.target.history import LedgerTotals
 
 
 def create(
-    conn: DatabaseConnection, plan: LoadPlan, digest: str, *, prepared_at: float | None = None
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    digest: str,
+    *,
+    prepared_at: float | None = None,
+    commit: bool = False,
 ) -> None:
     """The ledger table, its comment the plan's digest, the target and prepare's time (the
     server's clock): in prepare's transaction, in one round trip. ``prepared_at``: the
     server's ``now()`` (the transaction's start: ``sql.now_epoch``), when the caller read it
-    already in this transaction."""
+    already in this transaction. ``commit``: the transaction's last statements, sent with
+    its COMMIT (:func:`~airflow_pg_bulk.db.driver.execute_then_commit`)."""
     schema = plan.target.schema
     if prepared_at is None:
         prepared_at = scalar(conn, sql.now_epoch())
     comment = ledger_comment(digest, plan.target.qualified, prepared_at)
     ledger = sql.qualified(schema, plan.ledger_table)
-    execute(
-        conn,
-        sql.in_one_round_trip(
-            sql.create_ledger(schema, plan.ledger_table), sql.comment_on("TABLE", ledger, comment)
-        ),
+    statement = sql.in_one_round_trip(
+        sql.create_ledger(schema, plan.ledger_table), sql.comment_on("TABLE", ledger, comment)
     )
+    if commit:
+        execute_then_commit(conn, statement)
+    else:
+        execute(conn, statement)
 
 
 def ledger_comment(digest: str, target: str, prepared_at: float) -> str:
@@ -121,11 +129,13 @@ def store_pieces(
     digest: str,
     *,
     found: tuple[str | None, bool] | None = None,
+    commit: bool = False,
 ) -> None:
     """Write each partition's pieces into the load's pieces table, its comment the plan's
     digest (as the ledger's); kept as it is when prepare runs again for the same plan. Made
     in one round trip. ``found``: the answers of :func:`pieces_checks`, when the caller knows
-    them already in its transaction."""
+    them already in its transaction. ``commit``: the transaction's last statements, sent
+    with its COMMIT when there are any."""
     schema = plan.target.schema
     name = naming.pieces_table(plan.load_id)
     digest_query, exists_query = pieces_checks(plan)
@@ -144,7 +154,10 @@ def store_pieces(
     ]
     if rows:
         making.append(sql.insert_pieces(schema, name, rows))
-    execute(conn, sql.in_one_round_trip(*making))
+    if commit:
+        execute_then_commit(conn, sql.in_one_round_trip(*making))
+    else:
+        execute(conn, sql.in_one_round_trip(*making))
 
 
 def read_pieces(
@@ -188,10 +201,47 @@ def read_pieces(
     ]
 
 
-def claim(conn: DatabaseConnection, plan: LoadPlan, index: int) -> bool:
-    """Insert the partition's ledger row in the COPY's transaction (a concurrent duplicate
-    attempt waits on it); False when the partition was committed before."""
-    return bool(execute(conn, sql.claim_partition(plan.target.schema, plan.ledger_table, index)))
+def check_and_claim(
+    conn: DatabaseConnection,
+    plan: LoadPlan,
+    index: int,
+    *,
+    after: Sequence[sql.Composable] = (),
+) -> bool:
+    """:func:`check_ledger_plan`, then the partition's ledger row inserted in the COPY's
+    transaction (a concurrent duplicate attempt waits on it), in one round trip on psycopg 3
+    (a COPY task's first statements); False when the partition was committed before. A
+    ledger made for another plan raises after the insert, in the transaction, which the
+    caller rolls back; no ledger raises as :func:`check_ledger_plan` tells it.
+
+    :param after: statements that the read follows (a transaction's settings)."""
+    t = plan.target
+    with _told_when_missing(conn, plan):
+        *_, ((found,),), claimed = execute_each(
+            conn,
+            [
+                *after,
+                sql.ledger_digest(t.schema, plan.ledger_table),
+                sql.claim_partition(t.schema, plan.ledger_table, index),
+            ],
+        )
+    _refuse_another_plan(plan, found)
+    return bool(claimed)
+
+
+@contextmanager
+def _told_when_missing(conn: DatabaseConnection, plan: LoadPlan) -> Iterator[None]:
+    """Around statements that read or write the ledger: when it is missing (they fail with
+    UNDEFINED_TABLE), the transaction rolled back and that told as
+    :func:`check_ledger_plan` tells it."""
+    try:
+        yield
+    except Exception as exc:
+        if not (is_database_error(exc) and server_error(exc).sqlstate == UNDEFINED_TABLE):
+            raise
+        rollback_quietly(conn)
+        check_ledger_plan(conn, plan)
+        raise
 
 
 def committed(conn: DatabaseConnection, plan: LoadPlan, index: int) -> tuple[int, int, float, int]:
@@ -273,7 +323,7 @@ def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
     digest (:func:`check_ledger_plan`), its rows and whether staging exists are read in one
     round trip."""
     t = plan.target
-    try:
+    with _told_when_missing(conn, plan):
         ((found,),), ledger, ((staged,),) = rows_of_each(
             conn,
             [
@@ -282,12 +332,6 @@ def totals(conn: DatabaseConnection, plan: LoadPlan) -> LedgerTotals:
                 sql.relation_exists(t.schema, plan.staging_table),
             ],
         )
-    except Exception as exc:
-        if not (is_database_error(exc) and server_error(exc).sqlstate == UNDEFINED_TABLE):
-            raise
-        rollback_quietly(conn)  # no ledger: told as check_ledger_plan tells it
-        check_ledger_plan(conn, plan)
-        raise
     _refuse_another_plan(plan, found)
     for row in ledger:
         if row[0] == sql.FINALIZED:

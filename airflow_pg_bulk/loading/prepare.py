@@ -102,14 +102,16 @@ def prepare(
         if not resumed:
             cleanup.drop_run_tables(conn, schema, load_id, names=before.run_tables)
             strategies.for_plan(plan).create_staging(conn, plan)
-            ledger.create(conn, plan, digest, prepared_at=before.now)
-        if store_pieces:  # (not resumed: drop_run_tables dropped the earlier pieces, if any)
-            pieces = before.pieces if resumed else (None, False)
-            ledger.store_pieces(conn, plan, digest, found=pieces)
         if plan.reject_table:
             catalog.create_if_missing(conn, plan.reject_table, sql.create_reject_table)
         history.ensure(conn, plan.history_table, state=before.history)
-        conn.commit()
+        # the transaction's last statements go with its COMMIT (one round trip where two were)
+        if not resumed:
+            ledger.create(conn, plan, digest, prepared_at=before.now, commit=not store_pieces)
+        if store_pieces:  # (not resumed: drop_run_tables dropped the earlier pieces, if any)
+            pieces = before.pieces if resumed else (None, False)
+            ledger.store_pieces(conn, plan, digest, found=pieces, commit=True)
+        conn.commit()  # (nothing left to send when the last statements committed)
     except BaseException:
         rollback_quietly(conn)
         raise
