@@ -36,7 +36,10 @@ Scenario ``one_day`` (issue 17's daily reload): the same with ``--days`` daily p
 ``delete_copy`` (DELETE of the day and COPY into the parent, one transaction) and
 ``split_floor``: a yardstick, the least any load split into prepare, COPY and finalize tasks
 (staging, a ledger, the load history) must do, each step in as few round trips as it allows
-(see :func:`split_floor`); the project's distance to it is its own statements.
+(see :func:`split_floor`); the project's distance to it is its own statements. For either
+reload, ``--reload N`` re-sends the partition of index N (0: the first) instead of the last:
+an older one, as a backfill's, which the project finds by partition pruning rather than
+among the newest partitions.
 
 The project's phases (``LoadSummary.seconds``) are printed and written to ``--json``; for a
 reload, each method's CPU too (medians of the runs): the client's (this thread's: a reload's
@@ -547,7 +550,7 @@ def main(argv: list[str] | None = None) -> int:
         "--days",
         type=int,
         default=FIVE_YEARS_OF_DAYS,
-        help="one_day: the target's daily partitions (the last one is reloaded)",
+        help="one_day: the target's daily partitions (the last one is reloaded, or --reload)",
     )
     p.add_argument(
         "--partitions",
@@ -555,6 +558,13 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="the project's COPY streams; default: 2 for the year, the project's own default"
         " (one per partition_size of input) for a reload",
+    )
+    p.add_argument(
+        "--reload",
+        type=int,
+        default=None,
+        help="one_month/one_day: the partition re-sent, by its index from the first (0);"
+        " default the last (the newest, as a daily load's)",
     )
     p.add_argument("--methods", default=None, help="default: all of the scenario's")
     p.add_argument(
@@ -576,7 +586,9 @@ def main(argv: list[str] | None = None) -> int:
     one_month = args.scenario in ("one_month", "one_day")  # one partition reloaded
     _DAILY["on"] = args.scenario == "one_day"
     leaves = args.days if _DAILY["on"] else FIVE_YEARS
-    reloaded = leaves - 1  # the last partition
+    reloaded = leaves - 1 if args.reload is None else args.reload  # default: the last
+    if not 0 <= reloaded < leaves:
+        p.error(f"--reload: 0 to {leaves - 1}")
     methods = SCENARIOS[args.scenario]
     wanted = args.methods.split(",") if args.methods else list(methods)
     if set(wanted) - set(methods):
