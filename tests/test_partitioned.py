@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from helpers import catalog_snapshot, leftovers, write_csv
+from helpers import catalog_snapshot, daily_target, leftovers, write_csv
 from psycopg import sql as psql
 
 from airflow_pg_bulk import runner, sql, steps
@@ -1123,8 +1123,6 @@ def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_
     newest and a row that only the DEFAULT partition takes are routed as before (the
     planner's partition pruning: ``partition_of_a_row``). Every day's rows land in their
     partition, and the partitions that received none keep their rows, on either driver."""
-    from helpers import daily_target
-
     daily_target(db, 12, "2024-01-01")
     if case in ("default", "unbounded"):
         db.run(
