@@ -36,7 +36,9 @@ FIRST = datetime.date(2026, 1, 1)  # the example's start_date
 DAYS = 10
 METERS = 200
 
-pytestmark = [pytest.mark.slow, pytest.mark.dag_run]
+# (slow and a DAG run, but issue 17 asks for it green on both of CI's server versions: the
+# partitions' swaps it races are the server's side)
+pytestmark = [pytest.mark.slow, pytest.mark.dag_run, pytest.mark.both_servers]
 
 
 def _day(n: int) -> datetime.date:
