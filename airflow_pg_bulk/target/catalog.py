@@ -484,6 +484,11 @@ def partitions_of_rows(
     return _pruned(conn, target, key, values)
 
 
+#: a direct partition of a partitioned table as :func:`sql.leaf_partitions` and
+#: :func:`sql.newest_leaves` read it: schema, name, relkind, bound, partition constraint (None
+#: for a lone DEFAULT partition)
+PartitionRow = tuple[str, str, str, str, str | None]
+
 #: a load into one partition looks first among the target's newest partitions, this many
 #: (:func:`newest_partition_of_a_row`): a daily load's, with up to 7 made ahead of it
 NEWEST_PARTITIONS = 8
@@ -491,7 +496,7 @@ NEWEST_PARTITIONS = 8
 
 def newest_partition_of_a_row(
     conn: DatabaseConnection, target: TargetDefinition, staging: str
-) -> tuple[str, str, str, str, str | None] | None:
+) -> PartitionRow | None:
     """The partition of ``target`` whose constraint the first row of the table ``staging``
     satisfies, among the :data:`NEWEST_PARTITIONS` made last, as :func:`sql.leaf_partitions`
     describes it; None: none of them takes it (or no row). Two small reads, without the

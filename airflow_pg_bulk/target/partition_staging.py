@@ -43,9 +43,8 @@ from airflow_pg_bulk.errors import CHECK_VIOLATION, BadDataError, LoadRefusedErr
 from airflow_pg_bulk.plan import LoadPlan
 from airflow_pg_bulk.target import catalog, staging, violations
 
-#: a leaf of the target as :func:`sql.leaf_partitions` describes it: schema, name, relkind,
-#: bound, partition constraint
-Candidate = tuple[str, str, str, str, str | None]
+#: a leaf of the target the rows may go to, as the catalog describes it
+Candidate = catalog.PartitionRow
 #: a partition that received rows, its new table ``staging_partition(load_id, n)`` made:
 #: schema, name, bound, partition constraint
 Routed = tuple[str, str, str, str | None]
