@@ -1104,17 +1104,23 @@ def test_a_run_ordered_load_empties_an_unkeyed_partition_on_either_driver(
 
 
 @pytest.mark.parametrize(
-    "case, days, pruned",
+    "case, days, newest, pruned",
     [
-        ("newest", ["2024-01-12"], 0),  # the newest partition: found among the newest
-        ("older", ["2024-01-02"], 1),  # the 11th newest: partition pruning finds it
-        ("both", ["2024-01-12", "2024-01-02"], 0),  # two partitions: every row's routed
-        ("default", ["2024-01-12"], 0),  # the DEFAULT partition, newer still, is skipped
-        ("unbounded", ["2024-02-01"], 1),  # no bound takes it: into the DEFAULT partition
+        # the newest partition: found among the newest
+        ("newest", ["2024-01-12"], "readings_20240112", 0),
+        # the 11th newest: not among them; partition pruning finds it
+        ("older", ["2024-01-02"], None, 1),
+        # two partitions: the first row's found among the newest, its CHECK fails on the
+        # other day's rows, and every row is routed
+        ("both", ["2024-01-12", "2024-01-02"], "readings_20240112", 0),
+        # the DEFAULT partition, newer still, is skipped
+        ("default", ["2024-01-12"], "readings_20240112", 0),
+        # no bound takes it: partition pruning sends it into the DEFAULT partition
+        ("unbounded", ["2024-02-01"], None, 1),
     ],
 )
 def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_pruning(
-    db, pg_dsn, tmp_path, monkeypatch, driver, case, days, pruned
+    db, pg_dsn, tmp_path, monkeypatch, driver, case, days, newest, pruned
 ):
     """A reload into one partition looks first among the target's newest partitions
     (``catalog.NEWEST_PARTITIONS``, by their constraints, against the first staged row), so
@@ -1130,14 +1136,22 @@ def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_
                 db.ident("readings_default"), db.ident("readings")
             )
         )
-    calls = []
-    real = catalog.partition_of_a_row
+    calls = []  # partition pruning's, by staging table
+    newest_found = []  # what the look among the newest partitions found, each time
+    real_pruning = catalog.partition_of_a_row
+    real_newest = catalog.newest_partition_of_a_row
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         calls.append(args[2])
-        return real(*args, **kwargs)
+        return real_pruning(*args, **kwargs)
+
+    def among_newest(*args: Any, **kwargs: Any) -> Any:
+        found = real_newest(*args, **kwargs)
+        newest_found.append(None if found is None else found[1])
+        return found
 
     monkeypatch.setattr(catalog, "partition_of_a_row", counted)
+    monkeypatch.setattr(catalog, "newest_partition_of_a_row", among_newest)
     rows = [[m, day, m * 100 + n] for n, day in enumerate(days) for m in range(1, 8)]
     path = tmp_path / "days.csv"
     path.write_text("".join(f"{m},{day},{v}\n" for m, day, v in rows))
@@ -1150,6 +1164,7 @@ def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_
         driver=driver,
     )
     assert summary.rows == len(rows)
+    assert newest_found == [newest]  # tried first, once, whatever it found
     assert len(calls) == pruned
     found = db.run(
         psql.SQL(
