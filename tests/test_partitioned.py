@@ -1136,18 +1136,17 @@ def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_
                 db.ident("readings_default"), db.ident("readings")
             )
         )
-    calls = []  # partition pruning's, by staging table
-    newest_found = []  # what the look among the newest partitions found, each time
+    tried: list[tuple[str, str | None]] = []  # each way to the partition, in order
     real_pruning = catalog.partition_of_a_row
     real_newest = catalog.newest_partition_of_a_row
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        calls.append(args[2])
+        tried.append(("pruning", None))
         return real_pruning(*args, **kwargs)
 
     def among_newest(*args: Any, **kwargs: Any) -> Any:
         found = real_newest(*args, **kwargs)
-        newest_found.append(None if found is None else found[1])
+        tried.append(("newest", None if found is None else found[1]))
         return found
 
     monkeypatch.setattr(catalog, "partition_of_a_row", counted)
@@ -1164,8 +1163,8 @@ def test_a_reload_into_one_of_the_newest_partitions_is_routed_without_partition_
         driver=driver,
     )
     assert summary.rows == len(rows)
-    assert newest_found == [newest]  # tried first, once, whatever it found
-    assert len(calls) == pruned
+    # the newest partitions first, once, whatever they gave; then pruning, when needed
+    assert tried == [("newest", newest)] + [("pruning", None)] * pruned
     found = db.run(
         psql.SQL(
             "SELECT tableoid::regclass::text, day::text, count(*), sum(reading) FROM {}"
